@@ -1,0 +1,61 @@
+"""delayq: asyncio-native delayed tasks on Redis.
+
+Every state change is one atomic Lua script; bodies are typed JSON through pydantic;
+tasks fire on Redis's clock, milliseconds after they are due, at least once.
+"""
+
+import logging
+
+from delayq.backoff import Backoff
+from delayq.duration import Duration
+from delayq.errors import (
+    AppImportError,
+    BodyTooLargeError,
+    BodyValidationError,
+    DelayqError,
+    InvalidDurationError,
+    InvalidInputError,
+    InvalidNameError,
+    LeaseLostError,
+    RedisAuthError,
+    RedisCommandError,
+    RedisOutOfMemoryError,
+    RedisUnavailableError,
+    Retry,
+    UnsupportedRedisError,
+)
+from delayq.queue import Queue
+from delayq.task import Task, TaskInfo, TaskState, TopicStats
+from delayq.topic import Topic
+from delayq.worker import Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AppImportError",
+    "Backoff",
+    "BodyTooLargeError",
+    "BodyValidationError",
+    "DelayqError",
+    "Duration",
+    "InvalidDurationError",
+    "InvalidInputError",
+    "InvalidNameError",
+    "LeaseLostError",
+    "Queue",
+    "RedisAuthError",
+    "RedisCommandError",
+    "RedisOutOfMemoryError",
+    "RedisUnavailableError",
+    "Retry",
+    "Task",
+    "TaskInfo",
+    "TaskState",
+    "Topic",
+    "TopicStats",
+    "UnsupportedRedisError",
+    "Worker",
+    "__version__",
+]
+
+logging.getLogger("delayq").addHandler(logging.NullHandler())

@@ -1,0 +1,5 @@
+"""``python -m delayq`` runs the command line."""
+
+from delayq.cli import main
+
+raise SystemExit(main())

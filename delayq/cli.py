@@ -1,0 +1,175 @@
+"""The ``delayq`` command: run a worker, and inspect or manage a queue.
+
+delayq worker myapp.tasks:queue --concurrency 50 [--topics a,b] [--grace 10]
+delayq stats  myapp.tasks:queue          (or --url/--name without importing the app)
+delayq get    myapp.tasks:queue order.close order-7
+delayq cancel myapp.tasks:queue order.close order-7
+delayq dead   myapp.tasks:queue order.close [--replay ID] [--limit 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
+
+from delayq.errors import AppImportError, DelayqError
+from delayq.queue import Queue
+
+if TYPE_CHECKING:
+    from delayq.task import TaskInfo
+
+Command = Callable[[Queue, argparse.Namespace], Awaitable[int]]
+
+
+def load_queue(spec: str) -> Queue:
+    """Import ``module:attribute`` (or ``module.attribute``) and return the Queue it names.
+
+    Raises:
+        AppImportError: the module cannot be imported or the attribute is not a Queue.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep:
+        module_name, _, attr = spec.rpartition(".")
+    if not module_name or not attr:
+        raise AppImportError(f"expected module:attribute, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`, find the app next to us
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppImportError(f"cannot import {module_name!r}: {exc}") from exc
+    queue = getattr(module, attr, None)
+    if not isinstance(queue, Queue):
+        raise AppImportError(f"{spec!r} is not a delayq.Queue (got {type(queue).__name__})")
+    return queue
+
+
+def _open(args: argparse.Namespace) -> Queue:
+    if args.app:
+        return load_queue(args.app)
+    url = args.url or os.environ.get("REDIS_URL")
+    if not url:
+        raise AppImportError("give an app (module:attribute) or --url / $REDIS_URL")
+    return Queue.from_url(url, name=args.name)
+
+
+def _info_json(info: TaskInfo) -> str:
+    return info.model_dump_json(indent=2)
+
+
+async def _worker(queue: Queue, args: argparse.Namespace) -> int:
+    topics = [t for t in args.topics.split(",") if t] if args.topics else None
+    await queue.run_worker(concurrency=args.concurrency, topics=topics, grace=args.grace)
+    return 0
+
+
+async def _stats(queue: Queue, args: argparse.Namespace) -> int:
+    stats = await queue.stats()
+    if args.json:
+        print(json.dumps({t: s.model_dump() for t, s in stats.items()}, indent=2))
+        return 0
+    print(f"{'topic':30} {'delayed':>9} {'ready':>9} {'reserved':>9} {'dead':>9}")
+    for topic, s in stats.items():
+        print(f"{topic:30} {s.delayed:>9} {s.ready:>9} {s.reserved:>9} {s.dead:>9}")
+    return 0
+
+
+async def _get(queue: Queue, args: argparse.Namespace) -> int:
+    info = await queue.get(args.topic, args.task_id)
+    if info is None:
+        print(f"no task {args.task_id!r} in topic {args.topic!r}", file=sys.stderr)
+        return 1
+    print(_info_json(info))
+    return 0
+
+
+async def _cancel(queue: Queue, args: argparse.Namespace) -> int:
+    if await queue.cancel(args.topic, args.task_id):
+        print(f"cancelled {args.topic}/{args.task_id}")
+        return 0
+    print(f"{args.topic}/{args.task_id} not cancelled: unknown, done, or running", file=sys.stderr)
+    return 1
+
+
+async def _dead(queue: Queue, args: argparse.Namespace) -> int:
+    if args.replay:
+        if await queue.replay(args.topic, args.replay):
+            print(f"replayed {args.topic}/{args.replay}")
+            return 0
+        print(f"{args.topic}/{args.replay} is not a dead letter", file=sys.stderr)
+        return 1
+    for info in await queue.dead_letters(args.topic, limit=args.limit):
+        print(f"{info.id}\tattempts={info.attempts}\t{info.last_error or ''}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``delayq`` command."""
+    parser = argparse.ArgumentParser(prog="delayq", description="Delayed tasks on Redis.")
+    parser.add_argument("--log-level", default=os.environ.get("DELAYQ_LOG_LEVEL", "INFO"))
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(
+        name: str, handler: Command, help_text: str, app_required: bool
+    ) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument(
+            "app", nargs=None if app_required else "?", help="module:attribute of a Queue"
+        )
+        if not app_required:
+            sub.add_argument("--url", help="Redis URL (default $REDIS_URL) when no app is given")
+            sub.add_argument("--name", default="default", help="queue name when no app is given")
+        sub.set_defaults(handler=handler)
+        return sub
+
+    worker = command("worker", _worker, "run a worker", app_required=True)
+    worker.add_argument("--concurrency", type=int, default=50)
+    worker.add_argument("--topics", help="comma-separated subset of the registered topics")
+    worker.add_argument("--grace", type=float, default=10.0)
+    stats = command("stats", _stats, "count tasks by topic and state", app_required=False)
+    stats.add_argument("--json", action="store_true")
+    for name, handler, text in (
+        ("get", _get, "show one task"),
+        ("cancel", _cancel, "cancel a task"),
+    ):
+        sub = command(name, handler, text, app_required=False)
+        sub.add_argument("topic")
+        sub.add_argument("task_id")
+    dead = command("dead", _dead, "list or replay dead letters", app_required=False)
+    dead.add_argument("topic")
+    dead.add_argument("--replay", metavar="ID")
+    dead.add_argument("--limit", type=int, default=100)
+    return parser
+
+
+async def _run(args: argparse.Namespace) -> int:
+    queue = _open(args)
+    try:
+        code: int = await args.handler(queue, args)
+        return code
+    finally:
+        await queue.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``delayq`` command. Returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return asyncio.run(_run(args))
+    except KeyboardInterrupt:
+        return 130
+    except DelayqError as exc:
+        print(f"delayq: {exc}", file=sys.stderr)
+        return 2

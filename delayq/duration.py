@@ -1,0 +1,53 @@
+"""Durations at the API edge: seconds as int/float, or a timedelta, turned into milliseconds."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from delayq.errors import InvalidDurationError
+
+Duration = int | float | timedelta
+"""Seconds as an int or float (sub-second values work), or a ``timedelta``."""
+
+
+def to_seconds(value: Duration, *, name: str, allow_zero: bool = True) -> float:
+    """Validate ``value`` and return it in seconds.
+
+    Raises:
+        InvalidDurationError: negative, NaN/infinite, zero when not allowed, or not a number.
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidDurationError(
+            f"{name} must be seconds (int/float) or a timedelta, got {value!r}"
+        )
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidDurationError(f"{name} must be a finite, non-negative duration, got {value!r}")
+    if seconds == 0 and not allow_zero:
+        raise InvalidDurationError(f"{name} must be greater than zero")
+    return seconds
+
+
+def to_millis(value: Duration, *, name: str, allow_zero: bool = True) -> int:
+    """Validate ``value`` and return whole milliseconds (rounded up, so a delay is never shortened)."""
+    millis = math.ceil(to_seconds(value, name=name, allow_zero=allow_zero) * 1000)
+    if millis == 0 and not allow_zero:
+        millis = 1
+    return millis
+
+
+def to_epoch_millis(at: datetime, *, name: str = "at") -> int:
+    """Return an aware datetime as Unix milliseconds.
+
+    Raises:
+        InvalidDurationError: ``at`` is naive (its zone would be a guess) or not a datetime.
+    """
+    if not isinstance(at, datetime):
+        raise InvalidDurationError(f"{name} must be a datetime, got {at!r}")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise InvalidDurationError(f"{name} must be timezone-aware, got naive {at!r}")
+    return math.ceil(at.timestamp() * 1000)

@@ -1,0 +1,102 @@
+"""Every Redis key and channel name delayq uses, and the rules for the names inside them.
+
+All keys of one (queue, topic) share the hash tag ``{queue:topic}``, so they live in one
+Redis Cluster slot and every script can touch them atomically::
+
+    delayq:{shop:order.close}:schedule   ZSET  id -> due ms (delayed and ready tasks)
+    delayq:{shop:order.close}:reserved   ZSET  id -> lease deadline ms
+    delayq:{shop:order.close}:dead       ZSET  id -> dead-lettered at ms
+    delayq:{shop:order.close}:tasks      HASH  id -> envelope "attempts,token,max,ttr,enqueued,due,body"
+    delayq:{shop:order.close}:errors     HASH  id -> last error
+    delayq:{shop:order.close}:seq        STRING fencing-token counter
+    delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
+    delayq:{shop}:topics                 SET   topics that have been used (for stats)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from delayq.errors import InvalidNameError
+
+PREFIX = "delayq"
+MAX_NAME_CHARS = 200
+MAX_TASK_ID_BYTES = 256
+
+# Braces would change the hash tag, whitespace and control characters make keys unreadable
+# in redis-cli and logs.  A queue name also may not hold ':' so that ("a:b", "c") and
+# ("a", "b:c") can never map to the same hash tag.
+_TOPIC_FORBIDDEN = re.compile(r"[{}\s\x00-\x1f\x7f]")
+_QUEUE_FORBIDDEN = re.compile(r"[{}:\s\x00-\x1f\x7f]")
+_ID_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_name(value: object, what: str, forbidden: re.Pattern[str]) -> str:
+    if not isinstance(value, str):
+        raise InvalidNameError(f"{what} must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidNameError(f"{what} must not be empty")
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidNameError(f"{what} is longer than {MAX_NAME_CHARS} characters")
+    bad = forbidden.search(value)
+    if bad:
+        raise InvalidNameError(f"{what} {value!r} contains the forbidden character {bad.group()!r}")
+    return value
+
+
+def check_queue_name(name: object) -> str:
+    """Return ``name`` if it is a valid queue name, else raise :class:`InvalidNameError`."""
+    return _check_name(name, "queue name", _QUEUE_FORBIDDEN)
+
+
+def check_topic(topic: object) -> str:
+    """Return ``topic`` if it is a valid topic name, else raise :class:`InvalidNameError`."""
+    return _check_name(topic, "topic", _TOPIC_FORBIDDEN)
+
+
+def check_task_id(task_id: object) -> str:
+    """Return ``task_id`` if it is a valid task id, else raise :class:`InvalidNameError`."""
+    if not isinstance(task_id, str):
+        raise InvalidNameError(f"task_id must be a str, got {type(task_id).__name__}")
+    if not task_id:
+        raise InvalidNameError("task_id must not be empty")
+    if len(task_id.encode()) > MAX_TASK_ID_BYTES:
+        raise InvalidNameError(f"task_id is longer than {MAX_TASK_ID_BYTES} bytes")
+    if _ID_FORBIDDEN.search(task_id):
+        raise InvalidNameError(f"task_id {task_id!r} contains a control character")
+    return task_id
+
+
+@dataclass(frozen=True, slots=True)
+class TopicKeys:
+    """The key and channel names of one (queue, topic)."""
+
+    topic: str
+    schedule: str
+    reserved: str
+    dead: str
+    tasks: str
+    errors: str
+    seq: str
+    wake: str
+
+    @classmethod
+    def build(cls, queue: str, topic: str) -> TopicKeys:
+        """Return the names for ``topic`` in ``queue`` (both assumed already validated)."""
+        base = f"{PREFIX}:{{{queue}:{topic}}}:"
+        return cls(
+            topic=topic,
+            schedule=base + "schedule",
+            reserved=base + "reserved",
+            dead=base + "dead",
+            tasks=base + "tasks",
+            errors=base + "errors",
+            seq=base + "seq",
+            wake=base + "wake",
+        )
+
+
+def topics_key(queue: str) -> str:
+    """The set of topic names ever used in ``queue``."""
+    return f"{PREFIX}:{{{queue}}}:topics"

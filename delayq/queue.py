@@ -1,0 +1,407 @@
+"""Queue: the Redis connection, the producer API and the ``@queue.topic`` registry."""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any, Generic, Self, overload
+
+import pydantic_core
+from redis.asyncio import Redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry as RedisRetry
+
+from delayq.backoff import Backoff
+from delayq.codec import DEFAULT_MAX_BODY_BYTES, encode_body
+from delayq.duration import Duration, to_epoch_millis, to_millis
+from delayq.errors import InvalidDurationError, InvalidInputError
+from delayq.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
+from delayq.scripts import Scripts, redis_errors
+from delayq.task import Envelope, Task, TaskInfo, TopicStats, from_millis
+from delayq.topic import BodyT, Topic, TopicOptions
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+    from datetime import datetime
+    from types import TracebackType
+
+MAX_ATTEMPTS_LIMIT = 1_000_000
+
+
+def _check_max_attempts(value: object) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidInputError(
+            f"max_attempts must be an int in [1, {MAX_ATTEMPTS_LIMIT}], got {value!r}"
+        )
+    return value
+
+
+class _TopicDecorator(Generic[BodyT]):
+    """What ``queue.topic(...)`` returns: registers the decorated handler."""
+
+    def __init__(self, register: Callable[[Callable[..., Awaitable[None]]], Topic[Any]]) -> None:
+        self._register = register
+
+    @overload
+    def __call__(self, handler: Callable[[BodyT, Task], Awaitable[None]]) -> Topic[BodyT]: ...
+    @overload
+    def __call__(self, handler: Callable[[BodyT], Awaitable[None]]) -> Topic[BodyT]: ...
+    def __call__(self, handler: Callable[..., Awaitable[None]]) -> Topic[Any]:
+        return self._register(handler)
+
+
+class Queue:
+    """A named delay queue on one Redis.
+
+    Args:
+        redis: a ``redis.asyncio.Redis`` client; delayq does not close a client it was given.
+        name: namespaces every key (``delayq:{name:topic}:...``); no ``{}``, ``:`` or spaces.
+        max_body_bytes: largest encoded body accepted on send and on delivery.
+        past_tolerance: how far in the past ``send_at``/``reschedule(at=...)`` may be and
+            still run (at once); further in the past raises ``InvalidDurationError``.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        name: str = "default",
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        past_tolerance: Duration = 5.0,
+    ) -> None:
+        self.name = check_queue_name(name)
+        if (
+            isinstance(max_body_bytes, bool)
+            or not isinstance(max_body_bytes, int)
+            or max_body_bytes < 1
+        ):
+            raise InvalidInputError(
+                f"max_body_bytes must be a positive int, got {max_body_bytes!r}"
+            )
+        self.redis = redis
+        self.max_body_bytes = max_body_bytes
+        self.past_tolerance_ms = to_millis(past_tolerance, name="past_tolerance")
+        self.topics: dict[str, Topic[Any]] = {}
+        self.scripts = Scripts(redis)
+        self._keys: dict[str, TopicKeys] = {}
+        self._announced: set[str] = set()
+        self._owns_client = False
+
+    @classmethod
+    def from_url(cls, url: str, *, name: str = "default", **options: Any) -> Queue:
+        """Open a queue on ``url`` (``redis://``, ``rediss://`` for TLS, ``unix://``).
+
+        Credentials in the URL (``redis://user:password@host``) use Redis AUTH/ACL. Options
+        that ``Queue`` takes are passed to it; the rest go to ``redis.asyncio.Redis.from_url``.
+        By default a failed command is retried once on a fresh connection (no backoff), so a
+        stale pooled connection after a Redis restart costs no error while a Redis that is
+        down fails fast.
+        """
+        queue_options = {
+            k: options.pop(k) for k in ("max_body_bytes", "past_tolerance") if k in options
+        }
+        options.setdefault("retry", RedisRetry(NoBackoff(), 1))
+        options.setdefault("socket_connect_timeout", 5.0)
+        options.setdefault("socket_keepalive", True)
+        client = Redis.from_url(url, **options)
+        queue = cls(client, name=name, **queue_options)
+        queue._owns_client = True
+        return queue
+
+    async def close(self) -> None:
+        """Close the Redis connections this queue opened (not a client passed in)."""
+        if self._owns_client:
+            await self.redis.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- registry ---------------------------------------------------------------------------
+
+    def topic(
+        self,
+        name: str,
+        *,
+        ttr: Duration = 30.0,
+        max_attempts: int = 5,
+        backoff: Backoff | None = None,
+    ) -> _TopicDecorator[Any]:
+        """Register the decorated ``async def`` handler for topic ``name``.
+
+        Args:
+            name: the topic; one handler per topic per queue.
+            ttr: lease length (time to run); a handler still running then is cancelled and
+                the attempt fails; a worker that died loses the lease and the task is redelivered.
+            max_attempts: deliveries before a failing task is dead-lettered.
+            backoff: retry delays after a failure (default ``Backoff()``).
+
+        Returns:
+            A decorator turning the handler into a :class:`Topic` handle.
+        """
+        check_topic(name)
+        options = TopicOptions(
+            ttr_ms=to_millis(ttr, name="ttr", allow_zero=False),
+            max_attempts=_check_max_attempts(max_attempts),
+            backoff=backoff or Backoff(),
+        )
+
+        def register(handler: Callable[..., Awaitable[None]]) -> Topic[Any]:
+            if name in self.topics:
+                raise InvalidInputError(
+                    f"topic {name!r} already has a handler in queue {self.name!r}"
+                )
+            handle: Topic[Any] = Topic(self, name, handler, options)
+            self.topics[name] = handle
+            return handle
+
+        return _TopicDecorator(register)
+
+    def keys(self, topic: str) -> TopicKeys:
+        """The Redis key names of ``topic`` (validated)."""
+        keys = self._keys.get(topic)
+        if keys is None:
+            keys = self._keys[topic] = TopicKeys.build(self.name, check_topic(topic))
+        return keys
+
+    async def announce(self, topics: Iterable[str]) -> None:
+        """Record topic names in the queue's topic set, which ``stats`` reads."""
+        new = [t for t in topics if t not in self._announced]
+        if new:
+            async with redis_errors():
+                await self.redis.sadd(topics_key(self.name), *new)
+            self._announced.update(new)
+
+    # -- producing --------------------------------------------------------------------------
+
+    async def send(self, topic: str, body: Any, **options: Any) -> str:
+        """Send a task due now. Same options as :meth:`send_delayed`."""
+        return await self.send_delayed(topic, body, delay=0, **options)
+
+    async def send_delayed(
+        self,
+        topic: str,
+        body: Any,
+        delay: Duration,
+        *,
+        task_id: str | None = None,
+        ttr: Duration | None = None,
+        max_attempts: int | None = None,
+    ) -> str:
+        """Send a task that becomes due ``delay`` after Redis receives it (Redis's clock).
+
+        Args:
+            topic: the topic whose handler will run it.
+            body: a pydantic model, dict, or anything pydantic can encode as JSON; validated
+                against the topic's model when this process has the handler registered.
+            delay: seconds (int/float) or a timedelta, >= 0.
+            task_id: your business key; sending an id that is still delayed, ready or reserved
+                adds nothing and returns the same id.  Generated when omitted.
+            ttr: this task's lease length, overriding the topic's.
+            max_attempts: this task's attempt limit, overriding the topic's.
+
+        Returns:
+            The task id.
+
+        Raises:
+            InvalidInputError: a bad topic, id, delay, option or body (nothing is written).
+            RedisUnavailableError: Redis could not be reached; retry with the same task_id.
+        """
+        value_ms = to_millis(delay, name="delay")
+        return await self._send(topic, body, False, value_ms, task_id, ttr, max_attempts)
+
+    async def send_at(
+        self,
+        topic: str,
+        body: Any,
+        at: datetime,
+        *,
+        task_id: str | None = None,
+        ttr: Duration | None = None,
+        max_attempts: int | None = None,
+    ) -> str:
+        """Send a task due at the aware datetime ``at``.
+
+        A time up to ``past_tolerance`` (default 5 s) in the past, judged on Redis's clock,
+        runs at once; further in the past raises :class:`InvalidDurationError`.  Other
+        arguments as in :meth:`send_delayed`.
+        """
+        value_ms = to_epoch_millis(at)
+        return await self._send(topic, body, True, value_ms, task_id, ttr, max_attempts)
+
+    async def _send(
+        self,
+        topic: str,
+        body: Any,
+        absolute: bool,
+        value_ms: int,
+        task_id: str | None,
+        ttr: Duration | None,
+        max_attempts: int | None,
+    ) -> str:
+        keys = self.keys(topic)
+        task_id = secrets.token_urlsafe(12) if task_id is None else check_task_id(task_id)
+        ttr_ms = 0 if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
+        attempts = 0 if max_attempts is None else _check_max_attempts(max_attempts)
+        registered = self.topics.get(topic)
+        data = encode_body(
+            topic, body, registered.adapter if registered else None, self.max_body_bytes
+        )
+        if topic not in self._announced:
+            await self.announce([topic])
+        status, when = await self.scripts.send(
+            keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
+            ttr_ms=ttr_ms, body=data, tolerance_ms=self.past_tolerance_ms,
+        )  # fmt: skip
+        if status < 0:
+            raise InvalidDurationError(
+                f"at={from_millis(value_ms).isoformat()} is more than {self.past_tolerance_ms} ms "
+                f"in the past (Redis time {from_millis(when).isoformat()})"
+            )
+        return task_id
+
+    # -- managing ---------------------------------------------------------------------------
+
+    async def cancel(self, topic: str, task_id: str) -> bool:
+        """Delete a delayed, ready or dead task.
+
+        Returns:
+            True if it existed and was removed; False if unknown, already done, or reserved
+            (running now: a running task cannot be recalled).
+        """
+        return await self.scripts.cancel(self.keys(topic), check_task_id(task_id))
+
+    async def reschedule(
+        self,
+        topic: str,
+        task_id: str,
+        *,
+        delay: Duration | None = None,
+        at: datetime | None = None,
+    ) -> bool:
+        """Move a delayed or ready task to ``delay`` from now, or to the aware datetime ``at``.
+
+        Returns:
+            True if moved; False if the task is unknown, reserved (running) or dead.
+        """
+        if (delay is None) == (at is None):
+            raise InvalidInputError("reschedule takes exactly one of delay= or at=")
+        absolute = at is not None
+        value_ms = to_epoch_millis(at) if at is not None else to_millis(delay or 0, name="delay")
+        status, when = await self.scripts.reschedule(
+            self.keys(topic), check_task_id(task_id), absolute=absolute, value_ms=value_ms,
+            tolerance_ms=self.past_tolerance_ms,
+        )  # fmt: skip
+        if status < 0:
+            raise InvalidDurationError(
+                f"at={from_millis(value_ms).isoformat()} is more than {self.past_tolerance_ms} ms "
+                f"in the past (Redis time {from_millis(when).isoformat()})"
+            )
+        return status == 1
+
+    async def get(self, topic: str, task_id: str) -> TaskInfo | None:
+        """Look a task up by id. Returns None once it was acked or cancelled, or if unknown."""
+        found = await self.scripts.get(self.keys(topic), check_task_id(task_id))
+        if found is None:
+            return None
+        state, raw, error, _now, score = found
+        lease = from_millis(score) if state == "reserved" else None
+        dead_at = from_millis(score) if state == "dead" else None
+        return _task_info(topic, task_id, state, raw, error, score, lease, dead_at)
+
+    async def stats(self) -> dict[str, TopicStats]:
+        """Count tasks per state for every topic of this queue that holds any."""
+        async with redis_errors():
+            members = await self.redis.smembers(topics_key(self.name))
+        names = sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+        result: dict[str, TopicStats] = {}
+        for topic in names:
+            delayed, ready, reserved, dead = await self.scripts.stats(self.keys(topic))
+            if delayed or ready or reserved or dead:
+                result[topic] = TopicStats(
+                    delayed=delayed, ready=ready, reserved=reserved, dead=dead
+                )
+        return result
+
+    async def dead_letters(self, topic: str, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
+        """List a topic's dead letters, oldest first, with their last error."""
+        if not (isinstance(limit, int) and isinstance(offset, int) and limit >= 1 and offset >= 0):
+            raise InvalidInputError("limit must be >= 1 and offset >= 0")
+        _now, rows = await self.scripts.dead_letters(self.keys(topic), offset=offset, limit=limit)
+        return [
+            _task_info(topic, task_id, "dead", raw, error, died, None, from_millis(died))
+            for task_id, raw, error, died in rows
+        ]
+
+    async def replay(self, topic: str, task_id: str) -> bool:
+        """Move a dead-lettered task back to ready (due now), its attempts reset.
+
+        Returns:
+            True if the task was dead and is now ready again.
+        """
+        return await self.scripts.replay(self.keys(topic), check_task_id(task_id))
+
+    # -- consuming --------------------------------------------------------------------------
+
+    async def run_worker(
+        self,
+        concurrency: int = 50,
+        topics: Iterable[str] | None = None,
+        grace: Duration = 10.0,
+        *,
+        handle_signals: bool = True,
+    ) -> None:
+        """Consume this queue's registered topics until cancelled or SIGINT/SIGTERM.
+
+        Args:
+            concurrency: most handlers running at once in this process.
+            topics: a subset of the registered topics (default: all).
+            grace: on stop, how long running handlers may finish before they are cancelled
+                and their tasks released for immediate redelivery.
+            handle_signals: install SIGINT/SIGTERM handlers that stop the worker gracefully.
+        """
+        from delayq.worker import Worker
+
+        worker = Worker(self, concurrency=concurrency, topics=topics, grace=grace)
+        await worker.run(handle_signals=handle_signals)
+
+
+def _task_info(
+    topic: str,
+    task_id: str,
+    state: str,
+    raw: bytes | None,
+    error: str | None,
+    score: int,
+    lease: datetime | None,
+    dead_at: datetime | None,
+) -> TaskInfo:
+    try:
+        envelope = Envelope.parse(raw or b"")
+    except ValueError:
+        return TaskInfo(
+            id=task_id, topic=topic, state=state, due_at=from_millis(score),
+            enqueued_at=from_millis(score), attempts=0, max_attempts=None, body=None,
+            last_error=error or "CorruptTask: stored envelope is unreadable",
+            lease_deadline=lease, dead_at=dead_at,
+        )  # fmt: skip
+    try:
+        body = pydantic_core.from_json(envelope.body)
+    except ValueError:
+        body = envelope.body.decode(errors="replace")
+    return TaskInfo(
+        id=task_id, topic=topic, state=state, due_at=from_millis(envelope.due_ms),
+        enqueued_at=from_millis(envelope.enqueued_ms), attempts=envelope.attempts,
+        max_attempts=envelope.max_attempts or None, body=body, last_error=error,
+        lease_deadline=lease, dead_at=dead_at,
+    )  # fmt: skip

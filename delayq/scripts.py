@@ -1,0 +1,215 @@
+"""The Lua scripts, loaded from ``delayq/lua/`` and wrapped in typed methods.
+
+Each method runs one script with EVALSHA (redis-py's ``AsyncScript`` falls back to
+SCRIPT LOAD on NOSCRIPT, e.g. after a Redis restart) and translates Redis errors into
+delayq's exceptions in one place, :func:`redis_errors`.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import asynccontextmanager
+from functools import cache
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any, Literal
+
+from redis import exceptions as rexc
+
+from delayq.errors import (
+    DelayqError,
+    RedisAuthError,
+    RedisCommandError,
+    RedisOutOfMemoryError,
+    RedisUnavailableError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+
+    from redis.asyncio import Redis
+    from redis.commands.core import AsyncScript
+
+    from delayq.keys import TopicKeys
+
+_INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
+NackMode = Literal["retry", "dead", "release"]
+
+
+@cache
+def lua_source(name: str) -> str:
+    """The text of ``lua/<name>.lua`` with its ``--@include`` lines expanded."""
+    text = files("delayq").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    return _INCLUDE.sub(lambda m: lua_source(m.group(1)), text)
+
+
+@asynccontextmanager
+async def redis_errors() -> AsyncIterator[None]:
+    """Translate redis-py exceptions raised inside the block into delayq's."""
+    try:
+        yield
+    except DelayqError:
+        raise
+    except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
+        raise RedisAuthError(f"Redis refused access: {exc}") from exc
+    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+        raise RedisUnavailableError(f"Redis is unavailable: {exc}") from exc
+    except rexc.OutOfMemoryError as exc:
+        raise RedisOutOfMemoryError(f"Redis is out of memory: {exc}") from exc
+    except rexc.ResponseError as exc:
+        text = str(exc)
+        if text.startswith(("OOM", "-OOM")):
+            raise RedisOutOfMemoryError(f"Redis is out of memory: {text}") from exc
+        if text.startswith(("NOPERM", "NOAUTH", "WRONGPASS")):
+            raise RedisAuthError(f"Redis refused access: {text}") from exc
+        raise RedisCommandError(f"Redis replied with an error: {text}") from exc
+
+
+def _int(value: Any) -> int:
+    return int(value)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Scripts:
+    """Typed wrappers around delayq's Lua scripts for one Redis client."""
+
+    def __init__(self, client: Redis) -> None:
+        self._client = client
+        names = ("send", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
+                 "replay", "get", "stats", "dead_letters")  # fmt: skip
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(lua_source(name)) for name in names
+        }
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:
+        async with redis_errors():
+            return await self._scripts[name](keys=keys, args=args)
+
+    async def send(
+        self,
+        keys: TopicKeys,
+        task_id: str,
+        *,
+        absolute: bool,
+        value_ms: int,
+        max_attempts: int,
+        ttr_ms: int,
+        body: bytes,
+        tolerance_ms: int,
+    ) -> tuple[int, int]:
+        """Run send.lua. Returns (status, due or now ms): 1 stored, 0 duplicate, -1 too far past."""
+        reply = await self._run(
+            "send",
+            (keys.schedule, keys.tasks, keys.dead, keys.errors),
+            (
+                task_id,
+                "a" if absolute else "d",
+                value_ms,
+                max_attempts,
+                ttr_ms,
+                body,
+                tolerance_ms,
+                keys.wake,
+            ),
+        )
+        return _int(reply[0]), _int(reply[1])
+
+    async def reserve(
+        self, keys: TopicKeys, *, limit: int, reclaim: int, ttr_ms: int, max_attempts: int
+    ) -> tuple[int, int, list[tuple[str, bytes]]]:
+        """Run reserve.lua. Returns (now ms, next wake ms or -1, [(id, envelope), ...])."""
+        reply = await self._run(
+            "reserve",
+            (keys.schedule, keys.reserved, keys.tasks, keys.dead, keys.errors, keys.seq),
+            (limit, reclaim, ttr_ms, max_attempts),
+        )
+        items = [(_text(reply[i]), reply[i + 1]) for i in range(2, len(reply), 2)]
+        return _int(reply[0]), _int(reply[1]), items
+
+    async def ack(self, keys: TopicKeys, leases: Sequence[tuple[str, str]]) -> list[bool]:
+        """Run ack.lua for (id, token) pairs. Returns, per pair, whether the ack took effect."""
+        args = [part for lease in leases for part in lease]
+        reply = await self._run("ack", (keys.reserved, keys.tasks, keys.errors), args)
+        return [bool(_int(flag)) for flag in reply]
+
+    async def nack(
+        self,
+        keys: TopicKeys,
+        task_id: str,
+        token: str,
+        *,
+        mode: NackMode,
+        delay_ms: int = 0,
+        error: str = "",
+        max_attempts: int,
+    ) -> tuple[int, int]:
+        """Run nack.lua. Returns (0 lease lost | 1 rescheduled | 2 dead, due or now ms)."""
+        reply = await self._run(
+            "nack",
+            (keys.schedule, keys.reserved, keys.tasks, keys.dead, keys.errors),
+            (task_id, token, mode, delay_ms, error, max_attempts, keys.wake),
+        )
+        return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
+
+    async def extend(self, keys: TopicKeys, task_id: str, token: str, ms: int) -> int:
+        """Run extend.lua. Returns the new lease deadline in ms, or 0 when the lease was lost."""
+        return _int(await self._run("extend", (keys.reserved, keys.tasks), (task_id, token, ms)))
+
+    async def cancel(self, keys: TopicKeys, task_id: str) -> bool:
+        """Run cancel.lua. Returns whether a delayed, ready or dead task was removed."""
+        keyset = (keys.schedule, keys.tasks, keys.dead, keys.errors)
+        return bool(_int(await self._run("cancel", keyset, (task_id,))))
+
+    async def reschedule(
+        self, keys: TopicKeys, task_id: str, *, absolute: bool, value_ms: int, tolerance_ms: int
+    ) -> tuple[int, int]:
+        """Run reschedule.lua. Returns (1 moved | 0 not waiting | -1 too far past, due or now ms)."""
+        reply = await self._run(
+            "reschedule",
+            (keys.schedule, keys.tasks),
+            (task_id, "a" if absolute else "d", value_ms, tolerance_ms, keys.wake),
+        )
+        return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
+
+    async def replay(self, keys: TopicKeys, task_id: str) -> bool:
+        """Run replay.lua. Returns whether a dead task was moved back to the schedule."""
+        keyset = (keys.schedule, keys.tasks, keys.dead, keys.errors)
+        return bool(_int(await self._run("replay", keyset, (task_id, keys.wake))))
+
+    async def get(
+        self, keys: TopicKeys, task_id: str
+    ) -> tuple[str, bytes, str | None, int, int] | None:
+        """Run get.lua. Returns (state, envelope, last error, now ms, score ms) or None."""
+        reply = await self._run(
+            "get", (keys.schedule, keys.reserved, keys.dead, keys.tasks, keys.errors), (task_id,)
+        )
+        if reply is None:
+            return None
+        state, raw, error, now, score = reply
+        return _text(state), raw, _text(error) if error else None, _int(now), int(float(score))
+
+    async def stats(self, keys: TopicKeys) -> tuple[int, int, int, int]:
+        """Run stats.lua. Returns (delayed, ready, reserved, dead)."""
+        reply = await self._run("stats", (keys.schedule, keys.reserved, keys.dead), ())
+        delayed, ready, reserved, dead = (_int(v) for v in reply)
+        return delayed, ready, reserved, dead
+
+    async def dead_letters(
+        self, keys: TopicKeys, *, offset: int, limit: int
+    ) -> tuple[int, list[tuple[str, bytes | None, str | None, int]]]:
+        """Run dead_letters.lua. Returns (now ms, [(id, envelope, error, died ms), ...])."""
+        reply = await self._run(
+            "dead_letters", (keys.dead, keys.tasks, keys.errors), (offset, limit)
+        )
+        rows = [
+            (
+                _text(reply[i]),
+                reply[i + 1] or None,
+                _text(reply[i + 2]) if reply[i + 2] else None,
+                int(float(reply[i + 3])),
+            )
+            for i in range(1, len(reply), 4)
+        ]
+        return _int(reply[0]), rows

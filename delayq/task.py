@@ -1,0 +1,156 @@
+"""The task as stored and as shown: the envelope, TaskInfo, TopicStats and the handler's Task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+TaskState = Literal["delayed", "ready", "reserved", "dead"]
+
+
+def from_millis(millis: int) -> datetime:
+    """Unix milliseconds (Redis clock) as an aware UTC datetime."""
+    return datetime.fromtimestamp(millis / 1000, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One stored task: ``attempts,token,max_attempts,ttr_ms,enqueued_ms,due_ms,body``.
+
+    ``max_attempts`` and ``ttr_ms`` are 0 when the task follows its topic's defaults.
+    """
+
+    attempts: int
+    token: str
+    max_attempts: int
+    ttr_ms: int
+    enqueued_ms: int
+    due_ms: int
+    body: bytes
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> Envelope:
+        """Parse a stored envelope.
+
+        Raises:
+            ValueError: the string is not an envelope (hand-written garbage, another format).
+        """
+        data = raw.encode() if isinstance(raw, str) else raw
+        parts = data.split(b",", 6)
+        if len(parts) != 7:
+            raise ValueError("stored task is not a delayq envelope")
+        attempts, token, max_attempts, ttr, enqueued, due, body = parts
+        return cls(
+            attempts=int(attempts),
+            token=token.decode(),
+            max_attempts=int(max_attempts),
+            ttr_ms=int(ttr),
+            enqueued_ms=int(enqueued),
+            due_ms=int(due),
+            body=body,
+        )
+
+
+class TaskInfo(BaseModel):
+    """A snapshot of one task, as returned by ``Queue.get`` and ``Queue.dead_letters``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    topic: str
+    state: TaskState
+    due_at: datetime
+    """When the task is (or was last) due to run, on Redis's clock."""
+    enqueued_at: datetime
+    attempts: int
+    """Deliveries so far (a delivery whose lease expired counts)."""
+    max_attempts: int | None
+    """The task's own limit, or ``None`` when it follows its topic's default."""
+    body: Any
+    """The JSON body, decoded (a dict for object bodies)."""
+    last_error: str | None
+    lease_deadline: datetime | None = None
+    """For a reserved task: when its lease ends unless extended or acked."""
+    dead_at: datetime | None = None
+    """For a dead task: when it was dead-lettered."""
+
+
+class TopicStats(BaseModel):
+    """How many tasks one topic holds in each state."""
+
+    model_config = ConfigDict(frozen=True)
+
+    delayed: int
+    ready: int
+    reserved: int
+    dead: int
+
+
+class Task:
+    """What a handler learns about the delivery it is running, and its lease.
+
+    Attributes:
+        id: the task id (your business key when you sent one).
+        topic: the topic name.
+        attempt: 1 on the first delivery, 2 on the first retry, ...
+        max_attempts: the limit after which a failing task is dead-lettered.
+        due_at: when the task was due, on Redis's clock.
+        enqueued_at: when it was sent, on Redis's clock.
+        ttr: the lease length in seconds.
+        token: the lease's fencing token (ack/nack/extend carry it).
+    """
+
+    __slots__ = (
+        "_extend",
+        "attempt",
+        "due_at",
+        "enqueued_at",
+        "id",
+        "max_attempts",
+        "token",
+        "topic",
+        "ttr",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        topic: str,
+        attempt: int,
+        max_attempts: int,
+        due_at: datetime,
+        enqueued_at: datetime,
+        ttr: float,
+        token: str,
+        extend: Callable[[float], Awaitable[None]],
+    ) -> None:
+        self.id = id
+        self.topic = topic
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.due_at = due_at
+        self.enqueued_at = enqueued_at
+        self.ttr = ttr
+        self.token = token
+        self._extend = extend
+
+    async def extend(self, seconds: float) -> None:
+        """Make the lease end ``seconds`` from now (it is never shortened), for long work.
+
+        The worker's own TTR timeout for this handler moves with it.
+
+        Raises:
+            LeaseLostError: the lease already expired and the task may be running elsewhere.
+            InvalidDurationError: ``seconds`` is not a positive duration.
+        """
+        await self._extend(seconds)
+
+    def __repr__(self) -> str:
+        return f"Task(topic={self.topic!r}, id={self.id!r}, attempt={self.attempt})"

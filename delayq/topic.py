@@ -1,0 +1,96 @@
+"""A registered topic: the handler, its body model and options, and a typed producer handle."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
+
+from pydantic import TypeAdapter
+
+from delayq.backoff import Backoff
+from delayq.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from delayq.duration import Duration
+    from delayq.queue import Queue
+    from delayq.task import Task
+
+BodyT = TypeVar("BodyT")
+Handler = Callable[..., Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOptions:
+    """How a topic's tasks are run: lease length, attempt limit and retry backoff."""
+
+    ttr_ms: int = 30_000
+    max_attempts: int = 5
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+def body_adapter(handler: Handler) -> tuple[TypeAdapter[Any], bool]:
+    """Return the validator for the handler's body parameter and whether it takes a Task.
+
+    The body is validated into whatever the first parameter is annotated with: a pydantic
+    model, ``dict``, a dataclass, ``list[int]``...; no annotation means plain decoded JSON.
+
+    Raises:
+        InvalidInputError: the handler is not ``async def`` or takes neither 1 nor 2 arguments.
+    """
+    if not inspect.iscoroutinefunction(handler):
+        raise InvalidInputError(f"handler {handler!r} must be an `async def` function")
+    params = [
+        p
+        for p in inspect.signature(handler).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    if len(params) not in (1, 2):
+        raise InvalidInputError(
+            f"handler {handler.__name__} must take (body) or (body, task), got {len(params)} arguments"
+        )
+    hints = get_type_hints(handler)
+    annotation = hints.get(params[0].name, Any)
+    return TypeAdapter(annotation), len(params) == 2
+
+
+class Topic(Generic[BodyT]):
+    """The handle ``@queue.topic(...)`` returns: call it like the handler, or send through it.
+
+    Sending through the handle is the same as ``queue.send_delayed(topic.name, ...)`` with
+    the body's type checked statically.
+    """
+
+    def __init__(self, queue: Queue, name: str, handler: Handler, options: TopicOptions) -> None:
+        self.queue = queue
+        self.name = name
+        self.handler = handler
+        self.options = options
+        self.adapter, self._takes_task = body_adapter(handler)
+        self.__doc__ = handler.__doc__
+        self.__wrapped__ = handler
+
+    async def __call__(self, body: BodyT, task: Task) -> None:
+        """Run the handler directly (as the worker does), e.g. from a test."""
+        if self._takes_task:
+            await self.handler(body, task)
+        else:
+            await self.handler(body)
+
+    async def send(self, body: BodyT, **options: Any) -> str:
+        """Send a task due now. See :meth:`delayq.Queue.send`."""
+        return await self.queue.send(self.name, body, **options)
+
+    async def send_delayed(self, body: BodyT, delay: Duration, **options: Any) -> str:
+        """Send a task due after ``delay``. See :meth:`delayq.Queue.send_delayed`."""
+        return await self.queue.send_delayed(self.name, body, delay=delay, **options)
+
+    async def send_at(self, body: BodyT, at: datetime, **options: Any) -> str:
+        """Send a task due at ``at``. See :meth:`delayq.Queue.send_at`."""
+        return await self.queue.send_at(self.name, body, at=at, **options)
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name!r}, handler={self.handler.__qualname__})"

@@ -1,0 +1,388 @@
+"""The worker: fetch loops that lease tasks, a fixed pool of consumers that run handlers,
+batched acks, and a two-stage graceful stop.
+
+Shape of a running worker (one asyncio.TaskGroup)::
+
+    Wakeup ──sets──▶ per-topic event ──▶ fetch loop (one per topic) ──reserve.lua──▶ buffer
+    buffer ──▶ `concurrency` consumers ──▶ handler ──▶ Acker (ack.lua, batched) | nack.lua
+
+A fetch loop never polls: it sleeps until the next due time or lease deadline that
+reserve.lua returned (Redis's clock, measured as a delta) or until woken by a publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from delayq.acker import Acker
+from delayq.checks import check_server
+from delayq.codec import decode_body
+from delayq.duration import Duration, to_millis, to_seconds
+from delayq.errors import (
+    BodyValidationError,
+    DelayqError,
+    InvalidInputError,
+    LeaseLostError,
+    RedisUnavailableError,
+    Retry,
+    UnsupportedRedisError,
+)
+from delayq.task import Envelope, Task, from_millis
+from delayq.wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from delayq.keys import TopicKeys
+    from delayq.queue import Queue
+    from delayq.scripts import NackMode
+    from delayq.topic import Topic
+
+log = logging.getLogger("delayq.worker")
+
+MAX_BATCH = 100
+"""Most tasks one reserve.lua call leases (bounds the script's run time)."""
+MAX_RECLAIM = 100
+"""Most expired leases one reserve.lua call reclaims."""
+IDLE_RECHECK = 2.0
+"""Longest sleep of an idle fetch loop.  Precision comes from due times and wake-ups; this
+only bounds the damage of a silently dead pub/sub connection."""
+MAX_ERROR_CHARS = 2000
+
+
+@dataclass(slots=True, eq=False)
+class Delivery:
+    """A leased task held by this worker."""
+
+    topic: Topic[Any]
+    keys: TopicKeys
+    task_id: str
+    envelope: Envelope
+    deadline: float  # loop time at which the lease (and the handler's TTR) runs out
+    scope: asyncio.Timeout | None = field(default=None)
+
+
+class Slots:
+    """Counts free handler slots; a fetch loop takes as many as it can lease at once."""
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self._changed = asyncio.Event()
+
+    async def take(self, most: int, stopping: asyncio.Event) -> int:
+        """Wait for at least one free slot and take up to ``most``; 0 when stopping."""
+        while self.free == 0 and not stopping.is_set():
+            self._changed.clear()
+            await self._changed.wait()
+        if stopping.is_set():
+            return 0
+        taken = min(self.free, most)
+        self.free -= taken
+        return taken
+
+    def give(self, count: int) -> None:
+        """Return ``count`` slots."""
+        if count:
+            self.free += count
+            self._changed.set()
+
+    def wake(self) -> None:
+        """Wake waiters without freeing anything (used to stop)."""
+        self._changed.set()
+
+
+class Worker:
+    """Runs the handlers of a queue's topics.  Usually started with ``Queue.run_worker``.
+
+    Args:
+        queue: the queue whose registered topics to consume.
+        concurrency: most handlers running at once.
+        topics: names of registered topics to consume (default: all).
+        grace: on stop, how long running handlers may finish before being cancelled.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        *,
+        concurrency: int = 50,
+        topics: Iterable[str] | None = None,
+        grace: Duration = 10.0,
+    ) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidInputError(f"concurrency must be a positive int, got {concurrency!r}")
+        names = list(queue.topics) if topics is None else list(topics)
+        unknown = [name for name in names if name not in queue.topics]
+        if unknown:
+            raise InvalidInputError(f"no handler registered for topic(s) {', '.join(unknown)}")
+        if not names:
+            raise InvalidInputError("no topics to consume: register a handler with @queue.topic")
+        self.queue = queue
+        self.concurrency = concurrency
+        self.grace = to_seconds(grace, name="grace")
+        self.topics = [queue.topics[name] for name in dict.fromkeys(names)]
+        self._batch = min(concurrency, MAX_BATCH)
+        self._stopping = asyncio.Event()
+        self._grace_over = asyncio.Event()
+        self._held: dict[tuple[str, str], Delivery] = {}
+        self._buffer: asyncio.Queue[Delivery] = asyncio.Queue()
+        self._slots = Slots(concurrency)
+        self._running = 0
+        self._idle = asyncio.Event()
+        self._wakeup = Wakeup(queue.redis, [queue.keys(t.name).wake for t in self.topics])
+        self._acker = Acker(queue.scripts)
+
+    def stop(self) -> None:
+        """Stop reserving and shut down gracefully (idempotent).  A second call skips the grace."""
+        if self._stopping.is_set():
+            self._grace_over.set()
+            return
+        log.info(
+            "stopping: no new tasks; %d running get %.1fs to finish", self._running, self.grace
+        )
+        self._stopping.set()
+        self._slots.wake()
+        self._wakeup.set_all()
+
+    @property
+    def held(self) -> int:
+        """Tasks leased by this worker and not yet finished."""
+        return len(self._held)
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Consume until :meth:`stop` (or SIGINT/SIGTERM); cancelling it also stops cleanly."""
+        await self._wait_for_redis()
+        await self.queue.announce(t.name for t in self.topics)
+        loop = asyncio.get_running_loop()
+        signals = self._install_signals(loop) if handle_signals else []
+        log.info(
+            "worker started: topics=%s concurrency=%d",
+            [t.name for t in self.topics],
+            self.concurrency,
+        )
+        try:
+            async with asyncio.TaskGroup() as group:
+                wakeup = group.create_task(self._wakeup.run(), name="delayq-wakeup")
+                acker = group.create_task(self._acker.run(), name="delayq-acker")
+                consumers = [group.create_task(self._consume()) for _ in range(self.concurrency)]
+                fetchers = [group.create_task(self._fetch(t)) for t in self.topics]
+                await self._stopping.wait()
+                await self._shutdown(fetchers, consumers, acker)
+                wakeup.cancel()
+        finally:
+            # Reached on a normal stop with nothing held, or when run() itself was cancelled:
+            # hand back every lease still held so it is redelivered now, not after its TTR.
+            await self._release(list(self._held.values()), "worker stopped")
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+            log.info("worker stopped")
+
+    async def _wait_for_redis(self) -> None:
+        retry_in = 0.1
+        while True:
+            try:
+                await check_server(self.queue.redis)
+                return
+            except UnsupportedRedisError:
+                raise
+            except RedisUnavailableError as exc:
+                log.warning("waiting for Redis: %s", exc)
+                await asyncio.sleep(retry_in)
+                retry_in = min(retry_in * 2, 2.0)
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        installed: list[int] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (ValueError, RuntimeError, NotImplementedError):
+                continue  # not the main thread, or no signal support: stop() still works
+            installed.append(sig)
+        return installed
+
+    # -- fetching ---------------------------------------------------------------------------
+
+    async def _fetch(self, topic: Topic[Any]) -> None:
+        keys = self.queue.keys(topic.name)
+        wake = self._wakeup.event(keys.wake)
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while True:
+            wanted = await self._slots.take(self._batch, self._stopping)
+            if not wanted:
+                return
+            wake.clear()
+            started = loop.time()
+            try:
+                now_ms, next_ms, items = await self.queue.scripts.reserve(
+                    keys, limit=wanted, reclaim=MAX_RECLAIM,
+                    ttr_ms=topic.options.ttr_ms, max_attempts=topic.options.max_attempts,
+                )  # fmt: skip
+            except DelayqError as exc:
+                self._slots.give(wanted)
+                failures += 1
+                pause = min(0.05 * 2**failures, 1.0)
+                log.warning("reserve on %r failed (%s); retrying in %.2fs", topic.name, exc, pause)
+                await self._sleep(wake, pause)
+                continue
+            failures = 0
+            self._slots.give(wanted - len(items))
+            for task_id, raw in items:
+                self._accept(topic, keys, task_id, raw, started)
+            if len(items) < wanted:
+                pause = (next_ms - now_ms) / 1000 if next_ms >= 0 else IDLE_RECHECK
+                if pause > 0:
+                    await self._sleep(wake, min(pause, IDLE_RECHECK))
+
+    def _accept(
+        self, topic: Topic[Any], keys: TopicKeys, task_id: str, raw: bytes, started: float
+    ) -> None:
+        envelope = Envelope.parse(raw)  # reserve.lua already checked the header
+        ttr_ms = envelope.ttr_ms or topic.options.ttr_ms
+        delivery = Delivery(topic, keys, task_id, envelope, deadline=started + ttr_ms / 1000)
+        self._held[(topic.name, task_id)] = delivery
+        self._buffer.put_nowait(delivery)
+
+    async def _sleep(self, wake: asyncio.Event, seconds: float) -> None:
+        if self._stopping.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await wake.wait()
+
+    # -- running handlers -------------------------------------------------------------------
+
+    async def _consume(self) -> None:
+        while True:
+            delivery = await self._buffer.get()
+            self._running += 1
+            self._idle.clear()
+            try:
+                await self._execute(delivery)
+            finally:
+                self._running -= 1
+                if not self._running:
+                    self._idle.set()
+                self._slots.give(1)
+
+    async def _execute(self, d: Delivery) -> None:
+        topic, envelope = d.topic, d.envelope
+        try:
+            body = decode_body(topic.name, envelope.body, topic.adapter, self.queue.max_body_bytes)
+        except BodyValidationError as exc:
+            log.warning("dead-lettering %s/%s: %s", topic.name, d.task_id, exc)
+            await self._nack(d, "dead", 0, f"{type(exc).__name__}: {exc}")
+            return
+        except DelayqError as exc:  # over the size limit
+            await self._nack(d, "dead", 0, f"{type(exc).__name__}: {exc}")
+            return
+        task = Task(
+            id=d.task_id, topic=topic.name, attempt=envelope.attempts,
+            max_attempts=envelope.max_attempts or topic.options.max_attempts,
+            due_at=from_millis(envelope.due_ms), enqueued_at=from_millis(envelope.enqueued_ms),
+            ttr=(envelope.ttr_ms or topic.options.ttr_ms) / 1000, token=envelope.token,
+            extend=lambda seconds: self._extend(d, seconds),
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout_at(d.deadline) as scope:
+                d.scope = scope
+                await topic(body, task)
+        except Retry as retry:
+            delay = (
+                topic.options.backoff.delay(envelope.attempts)
+                if retry.delay is None
+                else retry.delay
+            )
+            await self._nack(
+                d, "retry", to_millis(delay, name="Retry.delay"), f"Retry: {retry.reason}"
+            )
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, TimeoutError) and d.scope is not None and d.scope.expired():
+                error = f"TTRExceeded: handler still running after its {task.ttr:g}s lease"
+            else:
+                error = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "handler for %s/%s failed: %s", topic.name, d.task_id, error, exc_info=exc
+                )
+            delay_s = topic.options.backoff.delay(envelope.attempts)
+            await self._nack(d, "retry", to_millis(delay_s, name="backoff"), error)
+        else:
+            if await self._acker.ack(d.keys, d.task_id, envelope.token):
+                self._held.pop((topic.name, d.task_id), None)
+            else:
+                log.warning("ack of %s/%s refused: its lease was lost", topic.name, d.task_id)
+                self._held.pop((topic.name, d.task_id), None)
+
+    async def _nack(self, d: Delivery, mode: NackMode, delay_ms: int, error: str) -> None:
+        try:
+            outcome, _ = await self.queue.scripts.nack(
+                d.keys, d.task_id, d.envelope.token, mode=mode, delay_ms=delay_ms,
+                error=error[:MAX_ERROR_CHARS], max_attempts=d.topic.options.max_attempts,
+            )  # fmt: skip
+        except DelayqError as exc:
+            # The lease stays in Redis and expires: the task is redelivered, not lost.
+            log.warning("could not record the outcome of %s/%s (%s)", d.topic.name, d.task_id, exc)
+            return
+        self._held.pop((d.topic.name, d.task_id), None)
+        if outcome == 0:
+            log.warning("%s of %s/%s refused: its lease was lost", mode, d.topic.name, d.task_id)
+        elif outcome == 2:
+            log.warning("dead-lettered %s/%s: %s", d.topic.name, d.task_id, error)
+
+    async def _extend(self, d: Delivery, seconds: float) -> None:
+        ms = to_millis(seconds, name="seconds", allow_zero=False)
+        deadline = await self.queue.scripts.extend(d.keys, d.task_id, d.envelope.token, ms)
+        if not deadline:
+            raise LeaseLostError(f"lease of {d.topic.name}/{d.task_id} was lost")
+        if d.scope is not None:
+            when = asyncio.get_running_loop().time() + ms / 1000
+            if when > (d.scope.when() or 0):
+                d.scope.reschedule(when)
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    async def _shutdown(
+        self,
+        fetchers: list[asyncio.Task[None]],
+        consumers: list[asyncio.Task[None]],
+        acker: asyncio.Task[None],
+    ) -> None:
+        # 1. Stop leasing; a fetch loop finishes the reserve call it is in, so no reply is lost.
+        await asyncio.gather(*fetchers, return_exceptions=True)
+        # 2. Leased but not started: hand back at once.
+        waiting = []
+        while not self._buffer.empty():
+            waiting.append(self._buffer.get_nowait())
+        await self._release(waiting, "worker stopping before the task started")
+        # 3. Running handlers get the grace period (a second signal ends it early).
+        if self._running:
+            await _first_of(self._idle, self._grace_over, within=self.grace)
+        # 4. Cancel what still runs; its leases are released in run()'s finally.
+        for consumer in consumers:
+            consumer.cancel()
+        await asyncio.gather(*consumers, return_exceptions=True)
+        self._acker.close()
+        await acker
+
+    async def _release(self, deliveries: list[Delivery], reason: str) -> None:
+        if not deliveries:
+            return
+        log.info("releasing %d task(s): %s", len(deliveries), reason)
+        await asyncio.gather(*(self._nack(d, "release", 0, "") for d in deliveries))
+
+
+async def _first_of(*events: asyncio.Event, within: float) -> None:
+    """Wait until any of ``events`` is set, or ``within`` seconds pass."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

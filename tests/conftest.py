@@ -1,0 +1,74 @@
+"""Shared fixtures: real Redis servers (never mocks).
+
+- ``redis_server``      session-wide private server (no persistence)
+- ``redis_url``         its URL
+- ``redis_client``      a ``redis.asyncio.Redis`` on it, closed after the test
+- ``queue_name``        a unique name per test, so tests share the server safely
+- ``make_redis_server`` factory for extra servers a test may kill/restart/pause
+
+delayq-specific fixtures live in ``tests/fixtures_delayq.py``, loaded below when
+that file exists.  This file must not import delayq.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from tests.redis_server import RedisServer
+
+# Loaded only if present, so this conftest works before (and without) it.
+pytest_plugins = (
+    ["tests.fixtures_delayq"] if importlib.util.find_spec("tests.fixtures_delayq") else []
+)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One private redis-server for the whole session; tests must not kill it
+    (use ``make_redis_server`` for that)."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def queue_name() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def make_redis_server() -> Iterator[Callable[..., RedisServer]]:
+    """``make_redis_server(appendonly=True, ...)`` -> a started RedisServer.
+
+    Takes the keyword options of :class:`RedisServer`.  Every server made is
+    stopped and its directory removed at teardown, whatever the test did to it.
+    """
+    servers: list[RedisServer] = []
+
+    def make(**options: Any) -> RedisServer:
+        server = RedisServer(**options)
+        servers.append(server)  # before start(), so a failed start is cleaned up too
+        return server.start()
+
+    yield make
+    for server in servers:
+        server.close()
