@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, Self, overload
 
 import pydantic_core
@@ -219,6 +220,65 @@ class Queue:
         """
         value_ms = to_millis(delay, name="delay")
         return await self._send(topic, body, False, value_ms, task_id, ttr, max_attempts)
+
+    async def send_many(
+        self,
+        topic: str,
+        bodies: Iterable[Any],
+        *,
+        delay: Duration | Sequence[Duration] = 0,
+        task_ids: Iterable[str] | None = None,
+        ttr: Duration | None = None,
+        max_attempts: int | None = None,
+        batch_size: int = 500,
+    ) -> list[str]:
+        """Send many tasks to one topic with one round trip per batch.
+
+        Every body, id and delay is validated before anything is written.  Each batch of
+        ``batch_size`` tasks is one atomic script call; a failure part-way (Redis lost) may
+        leave earlier batches written, and re-sending the same ``task_ids`` is then safe.
+
+        Args:
+            topic: the topic of every task.
+            bodies: the bodies, validated as in :meth:`send_delayed`.
+            delay: one delay for all, or one per body.
+            task_ids: one id per body (ids already delayed/ready/reserved are skipped, as in
+                ``send``); generated when omitted.
+            ttr: lease length override for every task.
+            max_attempts: attempt limit override for every task.
+            batch_size: tasks per script call (bounds how long Redis is busy with one call).
+
+        Returns:
+            The task ids, in the order of ``bodies``.
+        """
+        keys = self.keys(topic)
+        items = list(bodies)
+        ids = (
+            [secrets.token_urlsafe(12) for _ in items]
+            if task_ids is None
+            else [check_task_id(t) for t in task_ids]
+        )
+        delays = list(delay) if isinstance(delay, Sequence) else [delay] * len(items)
+        if not (len(ids) == len(delays) == len(items)):
+            raise InvalidInputError("bodies, task_ids and delay must have the same length")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}")
+        ttr_ms = 0 if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
+        attempts = 0 if max_attempts is None else _check_max_attempts(max_attempts)
+        registered = self.topics.get(topic)
+        adapter = registered.adapter if registered else None
+        fields: list[str | int | bytes] = []
+        for task_id, body, one_delay in zip(ids, items, delays, strict=True):
+            data = encode_body(topic, body, adapter, self.max_body_bytes)
+            fields += (task_id, "d", to_millis(one_delay, name="delay"), attempts, ttr_ms, data)
+        if topic not in self._announced:
+            await self.announce([topic])
+        width = 6 * batch_size
+        for start in range(0, len(fields), width):
+            await self.scripts.send_many(
+                keys, fields[start : start + width], tolerance_ms=self.past_tolerance_ms
+            )
+        return ids
 
     async def send_at(
         self,

@@ -5,17 +5,28 @@
 -- Returns: {r1, r2, ...} with 1 for an acked task, 0 where the lease was lost to another worker.
 --@include _envelope
 local reserved, tasks, errors = KEYS[1], KEYS[2], KEYS[3]
-local out = {}
+local ids = {}
 for i = 1, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local raw = redis.call('HGET', tasks, id)
+  ids[#ids + 1] = ARGV[i]
+end
+-- One read of each structure for the whole batch: per-call overhead dominates otherwise.
+local raws = redis.call('HMGET', tasks, unpack(ids))
+local leased = redis.call('ZMSCORE', reserved, unpack(ids))
+local done, out, seen = {}, {}, {}
+for n, id in ipairs(ids) do
+  local raw = raws[n]
   local e = raw and parse_envelope(raw)
-  if e and e.token == token and redis.call('ZREM', reserved, id) == 1 then
-    redis.call('HDEL', tasks, id)
-    redis.call('HDEL', errors, id)
-    out[#out + 1] = 1
+  if e and leased[n] and e.token == ARGV[2 * n] and not seen[id] then
+    seen[id] = true
+    done[#done + 1] = id
+    out[n] = 1
   else
-    out[#out + 1] = 0
+    out[n] = 0
   end
+end
+if #done > 0 then
+  redis.call('ZREM', reserved, unpack(done))
+  redis.call('HDEL', tasks, unpack(done))
+  redis.call('HDEL', errors, unpack(done))
 end
 return out

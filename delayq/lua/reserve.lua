@@ -43,29 +43,39 @@ for _, id in ipairs(expired) do
   end
 end
 
--- 2. Lease the due tasks, oldest due first.
+-- 2. Lease the due tasks, oldest due first.  Each redis.call costs microseconds of
+-- overhead, so the batch is read with one HMGET and written with one HSET and one ZADD.
 local out = { now, -1 }
 local due = redis.call('ZRANGE', schedule, '-inf', now, 'BYSCORE', 'LIMIT', 0, max_tasks)
 if #due > 0 then
   redis.call('ZREMRANGEBYRANK', schedule, 0, #due - 1)
-  local last_token = redis.call('INCRBY', seq, #due)
+  local first_token = redis.call('INCRBY', seq, #due) - #due
+  local raws = redis.call('HMGET', tasks, unpack(due))
+  local envelopes, leases = {}, {}
   for i, id in ipairs(due) do
-    local raw = redis.call('HGET', tasks, id)
+    local raw = raws[i]
     if raw then
       local e = parse_envelope(raw)
       if not e then
         bury(id, 'CorruptTask: stored envelope is unreadable')
       else
         e.attempts = e.attempts + 1
-        e.token = last_token - #due + i
+        e.token = first_token + i
         local envelope = format_envelope(e, raw)
-        redis.call('HSET', tasks, id, envelope)
         local ttr = e.ttr > 0 and e.ttr or default_ttr
-        redis.call('ZADD', reserved, now + ttr, id)
+        envelopes[#envelopes + 1] = id
+        envelopes[#envelopes + 1] = envelope
+        leases[#leases + 1] = now + ttr
+        leases[#leases + 1] = id
         out[#out + 1] = id
         out[#out + 1] = envelope
       end
     end
+    -- A schedule entry without a task (deleted by hand) is simply dropped.
+  end
+  if #envelopes > 0 then
+    redis.call('HSET', tasks, unpack(envelopes))
+    redis.call('ZADD', reserved, unpack(leases))
   end
 end
 
