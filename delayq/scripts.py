@@ -135,7 +135,7 @@ class Scripts:
     async def reserve(
         self, keys: TopicKeys, *, limit: int, reclaim: int, ttr_ms: int, max_attempts: int
     ) -> tuple[int, int, list[tuple[str, bytes]]]:
-        """Run reserve.lua. Returns (now ms, next wake ms or -1, [(id, envelope), ...])."""
+        """Run reserve.lua. Returns (now µs, next wake ms or -1, [(id, envelope), ...])."""
         reply = await self._run(
             "reserve",
             (keys.schedule, keys.reserved, keys.tasks, keys.dead, keys.errors, keys.seq),

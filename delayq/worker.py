@@ -219,7 +219,7 @@ class Worker:
             wake.clear()
             started = loop.time()
             try:
-                now_ms, next_ms, items = await self.queue.scripts.reserve(
+                now_us, next_ms, items = await self.queue.scripts.reserve(
                     keys, limit=wanted, reclaim=MAX_RECLAIM,
                     ttr_ms=topic.options.ttr_ms, max_attempts=topic.options.max_attempts,
                 )  # fmt: skip
@@ -235,7 +235,7 @@ class Worker:
             for task_id, raw in items:
                 self._accept(topic, keys, task_id, raw, started)
             if len(items) < wanted:
-                pause = (next_ms - now_ms) / 1000 if next_ms >= 0 else IDLE_RECHECK
+                pause = (next_ms * 1000 - now_us) / 1e6 if next_ms >= 0 else IDLE_RECHECK
                 if pause > 0:
                     await self._sleep(wake, min(pause, IDLE_RECHECK))
 

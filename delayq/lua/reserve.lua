@@ -5,14 +5,16 @@
 -- KEYS[5] errors (HASH id -> last error) KEYS[6] seq (STRING, fencing-token counter)
 -- ARGV[1] max tasks to lease   ARGV[2] max expired leases to reclaim
 -- ARGV[3] topic default ttr ms  ARGV[4] topic default max attempts
--- Returns: {now_ms, next_ms, id1, envelope1, id2, envelope2, ...}
---   next_ms: earliest due time or lease deadline still pending (-1 if none); each envelope
+-- Returns: {now_us, next_ms, id1, envelope1, id2, envelope2, ...}
+--   now_us: Redis time in microseconds, so the caller's sleep until next_ms is not up to
+--   1 ms too long; next_ms: earliest due time or lease deadline still pending (-1 if none); each envelope
 --   carries the new attempt count and the lease's fencing token.
 --@include _envelope
 local schedule, reserved, tasks, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local max_tasks, max_reclaim = tonumber(ARGV[1]), tonumber(ARGV[2])
 local default_ttr, default_max = tonumber(ARGV[3]), tonumber(ARGV[4])
-local now = now_ms()
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
 local function bury(id, reason)
   redis.call('ZADD', dead, now, id)
@@ -45,7 +47,7 @@ end
 
 -- 2. Lease the due tasks, oldest due first.  Each redis.call costs microseconds of
 -- overhead, so the batch is read with one HMGET and written with one HSET and one ZADD.
-local out = { now, -1 }
+local out = { tonumber(clock[1]) * 1000000 + tonumber(clock[2]), -1 }
 local due = redis.call('ZRANGE', schedule, '-inf', now, 'BYSCORE', 'LIMIT', 0, max_tasks)
 if #due > 0 then
   redis.call('ZREMRANGEBYRANK', schedule, 0, #due - 1)
