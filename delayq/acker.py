@@ -9,6 +9,7 @@ import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from delayq.cancel import raise_if_cancelling
 from delayq.errors import DelayqError
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Acker:
         """Flush batches until closed and empty."""
         failures = 0
         while True:
+            raise_if_cancelling()
             await self._has_work.wait()
             self._has_work.clear()
             if not self._batch:

@@ -13,7 +13,7 @@ The tree::
     ├── RedisOutOfMemoryError                Redis is at maxmemory and refused a write
     ├── UnsupportedRedisError                the server is too old for delayq's scripts
     ├── RedisCommandError                    any other error reply from Redis
-    ├── LeaseLostError                       ack/nack/extend after the lease passed to another worker
+    ├── LeaseLostError                       Task.extend after the lease was lost (acks/nacks: logged)
     ├── AppImportError                       `delayq worker module:attr` could not load a Queue
     └── Retry                                raised by a handler to ask for a retry after a delay
 """

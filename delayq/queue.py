@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic, Self, overload
+from typing import TYPE_CHECKING, Any, Self, overload
 
 import pydantic_core
 from redis.asyncio import Redis
@@ -40,8 +40,12 @@ def _check_max_attempts(value: object) -> int:
     return value
 
 
-class _TopicDecorator(Generic[BodyT]):
-    """What ``queue.topic(...)`` returns: registers the decorated handler."""
+class _TopicDecorator:
+    """What ``queue.topic(...)`` returns: registers the decorated handler.
+
+    The body type is bound per call, so ``Topic[CloseOrder]`` comes out of a handler whose
+    body is annotated ``CloseOrder`` and mypy checks what is sent through the handle.
+    """
 
     def __init__(self, register: Callable[[Callable[..., Awaitable[None]]], Topic[Any]]) -> None:
         self._register = register
@@ -137,7 +141,7 @@ class Queue:
         ttr: Duration = 30.0,
         max_attempts: int = 5,
         backoff: Backoff | None = None,
-    ) -> _TopicDecorator[Any]:
+    ) -> _TopicDecorator:
         """Register the decorated ``async def`` handler for topic ``name``.
 
         Args:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from redis import exceptions as rexc
 
+from delayq.cancel import raise_if_cancelling
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -43,6 +45,7 @@ class Wakeup:
         """Listen until cancelled, resubscribing after connection failures."""
         retry_in = 0.05
         while True:
+            raise_if_cancelling()
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(*self._events)

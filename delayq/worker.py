@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from delayq.acker import Acker
+from delayq.cancel import raise_if_cancelling
 from delayq.checks import check_server
 from delayq.codec import decode_body
 from delayq.duration import Duration, to_millis, to_seconds
@@ -53,6 +54,11 @@ IDLE_RECHECK = 2.0
 """Longest sleep of an idle fetch loop.  Precision comes from due times and wake-ups; this
 only bounds the damage of a silently dead pub/sub connection."""
 MAX_ERROR_CHARS = 2000
+LEASE_MARGIN = 0.05
+"""Fraction of the TTR by which a handler's timeout precedes the lease's end in Redis."""
+MAX_LEASE_MARGIN_MS = 250
+STOP_TIMEOUT = 1.0
+"""After the grace period, how long cancelled handlers get to unwind before we move on."""
 
 
 @dataclass(slots=True, eq=False)
@@ -165,16 +171,23 @@ class Worker:
             [t.name for t in self.topics],
             self.concurrency,
         )
+        # Consumers live outside the TaskGroup: a handler that ignores cancellation (some
+        # libraries swallow it on Python 3.11) must not keep run() from returning.
+        consumers = [asyncio.create_task(self._consume()) for _ in range(self.concurrency)]
         try:
             async with asyncio.TaskGroup() as group:
                 wakeup = group.create_task(self._wakeup.run(), name="delayq-wakeup")
                 acker = group.create_task(self._acker.run(), name="delayq-acker")
-                consumers = [group.create_task(self._consume()) for _ in range(self.concurrency)]
                 fetchers = [group.create_task(self._fetch(t)) for t in self.topics]
                 await self._stopping.wait()
                 await self._shutdown(fetchers, consumers, acker)
                 wakeup.cancel()
         finally:
+            stuck = await _cancel_all(consumers, within=STOP_TIMEOUT)
+            if stuck:
+                # Their leases are released below and fenced: if they ever finish, their acks
+                # are refused and the redelivery stands.
+                log.error("%d handler(s) ignored cancellation; releasing their tasks", len(stuck))
             # Reached on a normal stop with nothing held, or when run() itself was cancelled:
             # hand back every lease still held so it is redelivered now, not after its TTR.
             await self._release(list(self._held.values()), "worker stopped")
@@ -213,6 +226,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         failures = 0
         while True:
+            raise_if_cancelling()
             wanted = await self._slots.take(self._batch, self._stopping)
             if not wanted:
                 return
@@ -244,7 +258,11 @@ class Worker:
     ) -> None:
         envelope = Envelope.parse(raw)  # reserve.lua already checked the header
         ttr_ms = envelope.ttr_ms or topic.options.ttr_ms
-        delivery = Delivery(topic, keys, task_id, envelope, deadline=started + ttr_ms / 1000)
+        # End the handler a little before Redis ends the lease, so that its failure is
+        # recorded (with backoff) before another worker's reserve can reclaim the task.
+        margin_ms = min(ttr_ms * LEASE_MARGIN, MAX_LEASE_MARGIN_MS)
+        deadline = started + (ttr_ms - margin_ms) / 1000
+        delivery = Delivery(topic, keys, task_id, envelope, deadline=deadline)
         self._held[(topic.name, task_id)] = delivery
         self._buffer.put_nowait(delivery)
 
@@ -264,11 +282,18 @@ class Worker:
             self._idle.clear()
             try:
                 await self._execute(delivery)
+            except Exception:
+                # A bug of ours must not take the worker down; the lease expires and the
+                # task is redelivered.
+                log.exception(
+                    "unexpected error running %s/%s", delivery.topic.name, delivery.task_id
+                )
             finally:
                 self._running -= 1
                 if not self._running:
                     self._idle.set()
                 self._slots.give(1)
+            raise_if_cancelling()
 
     async def _execute(self, d: Delivery) -> None:
         topic, envelope = d.topic, d.envelope
@@ -293,14 +318,7 @@ class Worker:
                 d.scope = scope
                 await topic(body, task)
         except Retry as retry:
-            delay = (
-                topic.options.backoff.delay(envelope.attempts)
-                if retry.delay is None
-                else retry.delay
-            )
-            await self._nack(
-                d, "retry", to_millis(delay, name="Retry.delay"), f"Retry: {retry.reason}"
-            )
+            await self._retry(d, retry)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -319,6 +337,20 @@ class Worker:
             else:
                 log.warning("ack of %s/%s refused: its lease was lost", topic.name, d.task_id)
                 self._held.pop((topic.name, d.task_id), None)
+
+    async def _retry(self, d: Delivery, retry: Retry) -> None:
+        backoff_s = d.topic.options.backoff.delay(d.envelope.attempts)
+        error = f"Retry: {retry.reason}" if retry.reason else "Retry: requested by the handler"
+        try:
+            delay_ms = to_millis(
+                backoff_s if retry.delay is None else retry.delay, name="Retry.delay"
+            )
+        except InvalidInputError as exc:
+            log.warning(
+                "%s/%s raised Retry with %s; using the backoff", d.topic.name, d.task_id, exc
+            )
+            delay_ms, error = to_millis(backoff_s, name="backoff"), f"{type(exc).__name__}: {exc}"
+        await self._nack(d, "retry", delay_ms, error)
 
     async def _nack(self, d: Delivery, mode: NackMode, delay_ms: int, error: str) -> None:
         try:
@@ -365,9 +397,7 @@ class Worker:
         if self._running:
             await _first_of(self._idle, self._grace_over, within=self.grace)
         # 4. Cancel what still runs; its leases are released in run()'s finally.
-        for consumer in consumers:
-            consumer.cancel()
-        await asyncio.gather(*consumers, return_exceptions=True)
+        await _cancel_all(consumers, within=STOP_TIMEOUT)
         self._acker.close()
         await acker
 
@@ -386,3 +416,18 @@ async def _first_of(*events: asyncio.Event, within: float) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]], *, within: float) -> set[asyncio.Task[None]]:
+    """Cancel ``tasks`` and wait up to ``within`` seconds; return those still running.
+
+    The cancel is repeated because a library may swallow one (see ``raise_if_cancelling``).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    pending = set(tasks)
+    while pending and loop.time() < deadline:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.05)
+    return pending

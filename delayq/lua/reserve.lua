@@ -38,6 +38,8 @@ for _, id in ipairs(expired) do
       if e.attempts >= limit then
         bury(id, reason)
       else
+        e.due = now
+        redis.call('HSET', tasks, id, format_envelope(e, raw))
         redis.call('ZADD', schedule, now, id)
         redis.call('HSET', errors, id, reason)
       end
