@@ -59,11 +59,11 @@ class Acker:
         failures = 0
         while True:
             raise_if_cancelling()
-            await self._has_work.wait()
-            self._has_work.clear()
             if not self._batch:
                 if self._closing:
                     return
+                await self._has_work.wait()
+                self._has_work.clear()
                 continue
             batch, self._batch = self._batch, defaultdict(list)
             flushed, self._flushed = self._flushed, None

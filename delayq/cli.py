@@ -16,8 +16,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
 
 from delayq.errors import AppImportError, DelayqError
 from delayq.queue import Queue
@@ -158,16 +158,47 @@ async def _run(args: argparse.Namespace) -> int:
         await queue.close()
 
 
+LEFTOVER_TIMEOUT = 1.0
+"""How long tasks still running after the command are given to unwind before exit."""
+
+
+def run_and_abandon(main_coro: Coroutine[Any, Any, int]) -> int:
+    """Run ``main_coro`` like ``asyncio.run`` but never wait forever for leftovers.
+
+    ``asyncio.run`` cancels the tasks still pending at the end and waits for all of them.
+    A handler that swallows cancellation (the worker already released its lease, fenced)
+    would then keep the process alive after SIGTERM; we wait a moment and exit anyway.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(main_coro)
+    finally:
+        leftovers = asyncio.all_tasks(loop)
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            loop.run_until_complete(asyncio.wait(leftovers, timeout=LEFTOVER_TIMEOUT))
+        stuck = [task for task in leftovers if not task.done()]
+        if stuck:
+            logging.getLogger("delayq").error("exiting with %d task(s) still running", len(stuck))
+        else:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``delayq`` command. Returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    level = logging.getLevelName(str(args.log_level).upper())
+    if not isinstance(level, int):
+        parser.error(f"unknown log level {args.log_level!r} (use DEBUG, INFO, WARNING or ERROR)")
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return asyncio.run(_run(args))
+        return run_and_abandon(_run(args))
     except KeyboardInterrupt:
         return 130
     except DelayqError as exc:

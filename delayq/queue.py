@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import secrets
+import base64
+import logging
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self, overload
 
 import pydantic_core
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry as RedisRetry
 from redis.backoff import NoBackoff
-from redis.retry import Retry as RedisRetry
 
 from delayq.backoff import Backoff
 from delayq.codec import DEFAULT_MAX_BODY_BYTES, encode_body
 from delayq.duration import Duration, to_epoch_millis, to_millis
-from delayq.errors import InvalidDurationError, InvalidInputError
+from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError
 from delayq.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
 from delayq.scripts import Scripts, redis_errors
 from delayq.task import Envelope, Task, TaskInfo, TopicStats, from_millis
@@ -25,7 +27,15 @@ if TYPE_CHECKING:
     from datetime import datetime
     from types import TracebackType
 
+log = logging.getLogger("delayq")
+
 MAX_ATTEMPTS_LIMIT = 1_000_000
+
+
+def new_task_id() -> str:
+    """A random id: 80 bits as 16 characters of [a-z2-7], short to store and safe to pass
+    on a command line (never starts with '-')."""
+    return base64.b32encode(os.urandom(10)).decode().lower()
 
 
 def _check_max_attempts(value: object) -> int:
@@ -187,6 +197,16 @@ class Queue:
                 await self.redis.sadd(topics_key(self.name), *new)
             self._announced.update(new)
 
+    async def _announce_quietly(self, topic: str) -> None:
+        # After the task is stored: the topic set only feeds stats(), so failing to update it
+        # must neither write anything for a rejected send nor fail a send that succeeded.
+        if topic in self._announced:
+            return
+        try:
+            await self.announce([topic])
+        except DelayqError as exc:
+            log.warning("could not record topic %r for stats: %s", topic, exc)
+
     # -- producing --------------------------------------------------------------------------
 
     async def send(self, topic: str, body: Any, **options: Any) -> str:
@@ -258,15 +278,19 @@ class Queue:
         keys = self.keys(topic)
         items = list(bodies)
         ids = (
-            [secrets.token_urlsafe(12) for _ in items]
+            [new_task_id() for _ in items]
             if task_ids is None
             else [check_task_id(t) for t in task_ids]
         )
         delays = list(delay) if isinstance(delay, Sequence) else [delay] * len(items)
         if not (len(ids) == len(delays) == len(items)):
             raise InvalidInputError("bodies, task_ids and delay must have the same length")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}")
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int)
+            or not 1 <= batch_size <= 1000
+        ):
+            raise InvalidInputError(f"batch_size must be an int in [1, 1000], got {batch_size!r}")
         ttr_ms = 0 if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
         attempts = 0 if max_attempts is None else _check_max_attempts(max_attempts)
         registered = self.topics.get(topic)
@@ -275,13 +299,12 @@ class Queue:
         for task_id, body, one_delay in zip(ids, items, delays, strict=True):
             data = encode_body(topic, body, adapter, self.max_body_bytes)
             fields += (task_id, "d", to_millis(one_delay, name="delay"), attempts, ttr_ms, data)
-        if topic not in self._announced:
-            await self.announce([topic])
         width = 6 * batch_size
         for start in range(0, len(fields), width):
             await self.scripts.send_many(
                 keys, fields[start : start + width], tolerance_ms=self.past_tolerance_ms
             )
+        await self._announce_quietly(topic)
         return ids
 
     async def send_at(
@@ -314,15 +337,13 @@ class Queue:
         max_attempts: int | None,
     ) -> str:
         keys = self.keys(topic)
-        task_id = secrets.token_urlsafe(12) if task_id is None else check_task_id(task_id)
+        task_id = new_task_id() if task_id is None else check_task_id(task_id)
         ttr_ms = 0 if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
         attempts = 0 if max_attempts is None else _check_max_attempts(max_attempts)
         registered = self.topics.get(topic)
         data = encode_body(
             topic, body, registered.adapter if registered else None, self.max_body_bytes
         )
-        if topic not in self._announced:
-            await self.announce([topic])
         status, when = await self.scripts.send(
             keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
             ttr_ms=ttr_ms, body=data, tolerance_ms=self.past_tolerance_ms,
@@ -332,6 +353,7 @@ class Queue:
                 f"at={from_millis(value_ms).isoformat()} is more than {self.past_tolerance_ms} ms "
                 f"in the past (Redis time {from_millis(when).isoformat()})"
             )
+        await self._announce_quietly(topic)
         return task_id
 
     # -- managing ---------------------------------------------------------------------------

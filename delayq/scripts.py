@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 NackMode = Literal["retry", "dead", "release"]
+MAX_UNPACK = 2000
+"""Most ids one script call passes through Lua's unpack() (its limit is ~8,000 values)."""
 
 
 @cache
@@ -146,9 +148,13 @@ class Scripts:
 
     async def ack(self, keys: TopicKeys, leases: Sequence[tuple[str, str]]) -> list[bool]:
         """Run ack.lua for (id, token) pairs. Returns, per pair, whether the ack took effect."""
-        args = [part for lease in leases for part in lease]
-        reply = await self._run("ack", (keys.reserved, keys.tasks, keys.errors), args)
-        return [bool(_int(flag)) for flag in reply]
+        applied: list[bool] = []
+        # Chunks, because Lua's unpack() takes at most ~8,000 values.
+        for start in range(0, len(leases), MAX_UNPACK):
+            args = [part for lease in leases[start : start + MAX_UNPACK] for part in lease]
+            reply = await self._run("ack", (keys.reserved, keys.tasks, keys.errors), args)
+            applied += (bool(_int(flag)) for flag in reply)
+        return applied
 
     async def nack(
         self,

@@ -61,6 +61,19 @@ STOP_TIMEOUT = 1.0
 """After the grace period, how long cancelled handlers get to unwind before we move on."""
 
 
+def _cancelled_from_outside() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def local_deadline(started: float, lease_ms: int) -> float:
+    """Loop time at which a handler is cancelled, for a lease of ``lease_ms`` requested at
+    loop time ``started``: a little before Redis ends the lease, so that the failure is
+    recorded (with backoff) before another worker's reserve can reclaim the task."""
+    margin_ms = min(lease_ms * LEASE_MARGIN, MAX_LEASE_MARGIN_MS)
+    return started + (lease_ms - margin_ms) / 1000
+
+
 @dataclass(slots=True, eq=False)
 class Delivery:
     """A leased task held by this worker."""
@@ -163,7 +176,11 @@ class Worker:
     async def run(self, *, handle_signals: bool = True) -> None:
         """Consume until :meth:`stop` (or SIGINT/SIGTERM); cancelling it also stops cleanly."""
         await self._wait_for_redis()
-        await self.queue.announce(t.name for t in self.topics)
+        try:
+            await self.queue.announce(t.name for t in self.topics)
+        except DelayqError as exc:
+            # The topic set only feeds stats(); consuming must not depend on it.
+            log.warning("could not record topics for stats: %s", exc)
         loop = asyncio.get_running_loop()
         signals = self._install_signals(loop) if handle_signals else []
         log.info(
@@ -260,8 +277,7 @@ class Worker:
         ttr_ms = envelope.ttr_ms or topic.options.ttr_ms
         # End the handler a little before Redis ends the lease, so that its failure is
         # recorded (with backoff) before another worker's reserve can reclaim the task.
-        margin_ms = min(ttr_ms * LEASE_MARGIN, MAX_LEASE_MARGIN_MS)
-        deadline = started + (ttr_ms - margin_ms) / 1000
+        deadline = local_deadline(started, ttr_ms)
         delivery = Delivery(topic, keys, task_id, envelope, deadline=deadline)
         self._held[(topic.name, task_id)] = delivery
         self._buffer.put_nowait(delivery)
@@ -319,8 +335,12 @@ class Worker:
                 await topic(body, task)
         except Retry as retry:
             await self._retry(d, retry)
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as exc:
+            if _cancelled_from_outside():
+                raise
+            # The handler raised CancelledError itself (e.g. from a cancelled inner task):
+            # that is its failure, not ours to stop on.
+            await self._nack(d, "retry", self._backoff_ms(d), f"CancelledError: {exc}")
         except BaseException as exc:
             if isinstance(exc, TimeoutError) and d.scope is not None and d.scope.expired():
                 error = f"TTRExceeded: handler still running after its {task.ttr:g}s lease"
@@ -329,14 +349,17 @@ class Worker:
                 log.warning(
                     "handler for %s/%s failed: %s", topic.name, d.task_id, error, exc_info=exc
                 )
-            delay_s = topic.options.backoff.delay(envelope.attempts)
-            await self._nack(d, "retry", to_millis(delay_s, name="backoff"), error)
+            await self._nack(d, "retry", self._backoff_ms(d), error)
         else:
             if await self._acker.ack(d.keys, d.task_id, envelope.token):
                 self._held.pop((topic.name, d.task_id), None)
             else:
                 log.warning("ack of %s/%s refused: its lease was lost", topic.name, d.task_id)
                 self._held.pop((topic.name, d.task_id), None)
+
+    @staticmethod
+    def _backoff_ms(d: Delivery) -> int:
+        return to_millis(d.topic.options.backoff.delay(d.envelope.attempts), name="backoff")
 
     async def _retry(self, d: Delivery, retry: Retry) -> None:
         backoff_s = d.topic.options.backoff.delay(d.envelope.attempts)
@@ -363,20 +386,25 @@ class Worker:
             log.warning("could not record the outcome of %s/%s (%s)", d.topic.name, d.task_id, exc)
             return
         self._held.pop((d.topic.name, d.task_id), None)
-        if outcome == 0:
+        if outcome == 0 and mode == "release":
+            # Usually an ack that landed while we were stopping: nothing to hand back.
+            log.debug("nothing to release for %s/%s", d.topic.name, d.task_id)
+        elif outcome == 0:
             log.warning("%s of %s/%s refused: its lease was lost", mode, d.topic.name, d.task_id)
         elif outcome == 2:
             log.warning("dead-lettered %s/%s: %s", d.topic.name, d.task_id, error)
 
     async def _extend(self, d: Delivery, seconds: float) -> None:
         ms = to_millis(seconds, name="seconds", allow_zero=False)
+        # Measured from before the call, like the lease itself, so the handler's timeout
+        # still precedes the new end of the lease in Redis.
+        sent = asyncio.get_running_loop().time()
         deadline = await self.queue.scripts.extend(d.keys, d.task_id, d.envelope.token, ms)
         if not deadline:
             raise LeaseLostError(f"lease of {d.topic.name}/{d.task_id} was lost")
-        if d.scope is not None:
-            when = asyncio.get_running_loop().time() + ms / 1000
-            if when > (d.scope.when() or 0):
-                d.scope.reschedule(when)
+        when = local_deadline(sent, ms)
+        if d.scope is not None and when > (d.scope.when() or 0):
+            d.scope.reschedule(when)
 
     # -- stopping ---------------------------------------------------------------------------
 

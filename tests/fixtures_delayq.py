@@ -44,7 +44,7 @@ async def start_worker() -> AsyncIterator[StartWorker]:
         return worker
 
     yield start
-    for worker, task in running:
+    for worker, _ in running:
         worker.stop()
         worker.stop()  # second stop: skip the grace period at teardown
     for _, task in running:

@@ -23,9 +23,24 @@ local function parse_envelope(raw)
   }
 end
 
+-- string.format('%d') and not tostring: Lua prints numbers with %.14g, which turns a token
+-- of 10^14 into '1e+14'.
 local function format_envelope(e, raw)
-  return table.concat({ e.attempts, e.token, e.max_attempts, e.ttr, e.enqueued,
-    string.format('%d', e.due), string.sub(raw, e.body_at) }, ',')
+  return string.format('%d,%d,%d,%d,%s,%d,', e.attempts, e.token, e.max_attempts, e.ttr,
+    e.enqueued, e.due) .. string.sub(raw, e.body_at)
+end
+
+-- Scripts check key types before their first write: Redis does not roll a script back
+-- when a later command fails (e.g. WRONGTYPE on a key garbled by hand), so a failure must
+-- come before anything changed.  `kinds` maps key name -> expected TYPE.
+local function check_types(kinds)
+  for key, kind in pairs(kinds) do
+    local found = redis.call('TYPE', key)['ok']
+    if found ~= 'none' and found ~= kind then
+      return redis.error_reply('WRONGTYPE delayq key ' .. key .. ' holds a ' .. found .. ', not a ' .. kind)
+    end
+  end
+  return nil
 end
 
 -- Publish a wake-up only when `due` becomes the earliest moment a worker must act on, so a

@@ -1,10 +1,16 @@
-#!lua
+#!lua flags=allow-oom
 -- ack.lua: finish a batch of leased tasks (delete them), each only if its lease token still matches.
 -- KEYS[1] reserved (ZSET)   KEYS[2] tasks (HASH)   KEYS[3] errors (HASH)
 -- ARGV: id1, token1, id2, token2, ...
 -- Returns: {r1, r2, ...} with 1 for an acked task, 0 where the lease was lost to another worker.
+-- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
+-- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 local reserved, tasks, errors = KEYS[1], KEYS[2], KEYS[3]
+local bad = check_types({ [reserved] = 'zset', [tasks] = 'hash', [errors] = 'hash' })
+if bad then
+  return bad
+end
 local ids = {}
 for i = 1, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]

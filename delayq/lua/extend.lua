@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- extend.lua: push a lease's deadline to ARGV[3] ms from now (never shortens it).
 -- KEYS[1] reserved (ZSET id -> deadline ms)   KEYS[2] tasks (HASH)
 -- ARGV[1] id   ARGV[2] lease token   ARGV[3] ms from now

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- nack.lua: end a lease without success: retry later, dead-letter, or release untouched.
 -- KEYS[1] schedule (ZSET)  KEYS[2] reserved (ZSET)  KEYS[3] tasks (HASH)  KEYS[4] dead (ZSET)  KEYS[5] errors (HASH)
 -- ARGV[1] id   ARGV[2] lease token
@@ -8,11 +8,18 @@
 -- ARGV[4] retry delay ms   ARGV[5] error text ('' for none)   ARGV[6] topic default max attempts
 -- ARGV[7] wake channel
 -- Returns: {0} lease lost | {1, due_ms} rescheduled | {2, now_ms} dead-lettered
+-- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
+-- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 local schedule, reserved, tasks, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, token, mode = ARGV[1], ARGV[2], ARGV[3]
 local delay, err, default_max, channel = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 
+local bad = check_types({ [schedule] = 'zset', [reserved] = 'zset', [tasks] = 'hash',
+  [dead] = 'zset', [errors] = 'hash' })
+if bad then
+  return bad
+end
 local raw = redis.call('HGET', tasks, id)
 local e = raw and parse_envelope(raw)
 if not e or e.token ~= token or redis.call('ZREM', reserved, id) == 0 then

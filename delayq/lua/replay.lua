@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- replay.lua: move a dead-lettered task back to the schedule, due now, attempts reset.
 -- KEYS[1] schedule (ZSET)  KEYS[2] tasks (HASH)  KEYS[3] dead (ZSET)  KEYS[4] errors (HASH)
 -- ARGV[1] id   ARGV[2] wake channel
@@ -6,6 +6,10 @@
 --@include _envelope
 local schedule, tasks, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, channel = ARGV[1], ARGV[2]
+local bad = check_types({ [schedule] = 'zset', [tasks] = 'hash', [dead] = 'zset', [errors] = 'hash' })
+if bad then
+  return bad
+end
 if redis.call('ZREM', dead, id) == 0 then
   return 0
 end

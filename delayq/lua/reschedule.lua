@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- reschedule.lua: move a delayed or ready task to a new due time.
 -- KEYS[1] schedule (ZSET id -> due ms)   KEYS[2] tasks (HASH)
 -- ARGV[1] id   ARGV[2] 'd' delay ms | 'a' absolute Unix ms   ARGV[3] value

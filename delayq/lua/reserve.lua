@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- reserve.lua: reclaim expired leases, then lease up to ARGV[1] due tasks, in one atomic step.
 -- KEYS[1] schedule (ZSET id -> due ms)   KEYS[2] reserved (ZSET id -> lease deadline ms)
 -- KEYS[3] tasks (HASH id -> envelope)    KEYS[4] dead (ZSET id -> died ms)
@@ -9,8 +9,15 @@
 --   now_us: Redis time in microseconds, so the caller's sleep until next_ms is not up to
 --   1 ms too long; next_ms: earliest due time or lease deadline still pending (-1 if none); each envelope
 --   carries the new attempt count and the lease's fencing token.
+-- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
+-- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 local schedule, reserved, tasks, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local bad = check_types({ [schedule] = 'zset', [reserved] = 'zset', [tasks] = 'hash',
+  [dead] = 'zset', [errors] = 'hash', [seq] = 'string' })
+if bad then
+  return bad
+end
 local max_tasks, max_reclaim = tonumber(ARGV[1]), tonumber(ARGV[2])
 local default_ttr, default_max = tonumber(ARGV[3]), tonumber(ARGV[4])
 local clock = redis.call('TIME')

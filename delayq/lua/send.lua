@@ -29,9 +29,10 @@ if redis.call('HEXISTS', tasks, id) == 1 then
   if not redis.call('ZSCORE', dead, id) then
     return { 0, tonumber(redis.call('ZSCORE', schedule, id)) or 0 }
   end
-  -- A dead task's id is free again: the new send replaces the dead letter.
-  redis.call('ZREM', dead, id)
+  -- A dead task's id is free again: the new send replaces the dead letter.  (errors first:
+  -- the only key not yet read, so a wrong type fails before anything changed.)
   redis.call('HDEL', errors, id)
+  redis.call('ZREM', dead, id)
 end
 
 local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')

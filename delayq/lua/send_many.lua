@@ -52,8 +52,8 @@ for n, id in ipairs(ids) do
 end
 if #revived > 0 then
   -- A dead task's id is free again: the new send replaces the dead letter.
-  redis.call('ZREM', dead, unpack(revived))
   redis.call('HDEL', errors, unpack(revived))
+  redis.call('ZREM', dead, unpack(revived))
 end
 if earliest then
   redis.call('ZADD', schedule, unpack(scheduled))

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of delayq and its peers (see benchmarks/README.md)."""
