@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self, overload
 
 import pydantic_core
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry as RedisRetry
 from redis.backoff import NoBackoff
 
@@ -113,7 +113,8 @@ class Queue:
         that ``Queue`` takes are passed to it; the rest go to ``redis.asyncio.Redis.from_url``.
         By default a failed command is retried once on a fresh connection (no backoff), so a
         stale pooled connection after a Redis restart costs no error while a Redis that is
-        down fails fast.
+        down fails fast; and at most ``max_connections`` (100) connections are opened, more
+        concurrent calls waiting up to ``timeout`` (10 s) for a free one.
         """
         queue_options = {
             k: options.pop(k) for k in ("max_body_bytes", "past_tolerance") if k in options
@@ -121,7 +122,11 @@ class Queue:
         options.setdefault("retry", RedisRetry(NoBackoff(), 1))
         options.setdefault("socket_connect_timeout", 5.0)
         options.setdefault("socket_keepalive", True)
-        client = Redis.from_url(url, **options)
+        # A blocking pool: a burst of concurrent sends waits for a free connection instead
+        # of failing with "Too many connections" past max_connections.
+        options.setdefault("max_connections", 100)
+        options.setdefault("timeout", 10.0)
+        client = Redis.from_pool(BlockingConnectionPool.from_url(url, **options))
         queue = cls(client, name=name, **queue_options)
         queue._owns_client = True
         return queue

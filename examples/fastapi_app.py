@@ -1,0 +1,174 @@
+"""delayq in a FastAPI app: close an order automatically if it is not paid in time.
+
+Endpoints::
+
+    POST   /orders              create an order; schedule "order.close" in `pay_within` seconds
+    GET    /orders/{id}         the order, and its scheduled close as delayq sees it
+    DELETE /orders/{id}/close   cancel the scheduled close (say, the order was paid)
+
+The queue is opened in the app's lifespan and closed with it.  The close task's id is the
+business key ``order-<id>``, so a retried request cannot schedule a second close, and the
+task can be found and cancelled without storing anything.
+
+Run the API (``REDIS_URL`` defaults to ``redis://localhost:6379/0``)::
+
+    REDIS_URL=redis://localhost:6379/0 uvicorn examples.fastapi_app:app
+
+Workers run the handler, usually in their own processes: give ``delayq worker`` a module
+with ``queue = open_shop(...).queue`` in it.  The orders live in a dict to keep the
+example short; with workers elsewhere they would live in your database.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
+from pydantic import BaseModel, Field
+
+from delayq import Queue, Task, TaskInfo, Topic
+
+CLOSE_TOPIC = "order.close"
+
+
+class OrderIn(BaseModel):
+    """A new order, and how long the customer has to pay for it."""
+
+    item: str = Field(min_length=1, max_length=200)
+    pay_within: float = Field(default=900.0, gt=0, le=7 * 24 * 3600)
+    """Seconds until an unpaid order is closed."""
+
+
+class Order(BaseModel):
+    """An order as the API shows it."""
+
+    id: int
+    item: str
+    status: Literal["pending", "paid", "closed"]
+
+
+class OrderView(BaseModel):
+    """An order with its scheduled close (``None`` once it ran or was cancelled)."""
+
+    order: Order
+    close: TaskInfo | None
+
+
+class CloseOrder(BaseModel):
+    """The body of an ``order.close`` task."""
+
+    order_id: int
+
+
+class Cancelled(BaseModel):
+    """The answer of ``DELETE /orders/{id}/close``."""
+
+    cancelled: bool
+
+
+@dataclass
+class Shop:
+    """What the routes need: the queue, the typed topic handle, and the orders."""
+
+    queue: Queue
+    close_order: Topic[CloseOrder]
+    orders: dict[int, Order] = field(default_factory=dict)
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+
+def close_task_id(order_id: int) -> str:
+    """The close task's id: the business key, so the task needs no bookkeeping."""
+    return f"order-{order_id}"
+
+
+def open_shop(redis_url: str, queue_name: str) -> Shop:
+    """Open the queue and register the ``order.close`` handler on it."""
+    queue = Queue.from_url(redis_url, name=queue_name)
+    orders: dict[int, Order] = {}
+
+    @queue.topic(CLOSE_TOPIC, ttr=30, max_attempts=5)
+    async def close_order(body: CloseOrder, task: Task) -> None:
+        """Close the order unless it was paid meanwhile.
+
+        Delivery is at least once, so this must be safe to run twice: closing a closed
+        order changes nothing.
+        """
+        order = orders.get(body.order_id)
+        if order is not None and order.status == "pending":
+            orders[body.order_id] = order.model_copy(update={"status": "closed"})
+
+    return Shop(queue=queue, close_order=close_order, orders=orders)
+
+
+def get_shop(request: Request) -> Shop:
+    """The shop opened by the lifespan."""
+    shop: Shop = request.app.state.shop
+    return shop
+
+
+ShopDep = Annotated[Shop, Depends(get_shop)]
+router = APIRouter()
+
+
+@router.post("/orders", status_code=status.HTTP_201_CREATED)
+async def create_order(new: OrderIn, shop: ShopDep) -> Order:
+    """Create an order and schedule its close."""
+    order = Order(id=next(shop.ids), item=new.item, status="pending")
+    shop.orders[order.id] = order
+    await shop.close_order.send_delayed(
+        CloseOrder(order_id=order.id), new.pay_within, task_id=close_task_id(order.id)
+    )
+    return order
+
+
+@router.get("/orders/{order_id}")
+async def show_order(order_id: int, shop: ShopDep) -> OrderView:
+    """The order and its pending close, if any."""
+    order = shop.orders.get(order_id)
+    if order is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no order {order_id}")
+    close = await shop.queue.get(CLOSE_TOPIC, close_task_id(order_id))
+    return OrderView(order=order, close=close)
+
+
+@router.delete("/orders/{order_id}/close")
+async def cancel_close(order_id: int, shop: ShopDep) -> Cancelled:
+    """Cancel the scheduled close: the order was paid.
+
+    Answers 409 when the close is already running or done: a running task cannot be
+    recalled, so the caller must not assume the order stays open.
+    """
+    order = shop.orders.get(order_id)
+    if order is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no order {order_id}")
+    if not await shop.queue.cancel(CLOSE_TOPIC, close_task_id(order_id)):
+        raise HTTPException(status.HTTP_409_CONFLICT, "the close already ran or is running")
+    shop.orders[order_id] = order.model_copy(update={"status": "paid"})
+    return Cancelled(cancelled=True)
+
+
+def create_app(redis_url: str | None = None, queue_name: str | None = None) -> FastAPI:
+    """The app; ``REDIS_URL`` and ``DELAYQ_QUEUE`` are read at startup when not given."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        url = redis_url or os.environ.get("REDIS_URL", "redis://localhost:6379/0")
+        name = queue_name or os.environ.get("DELAYQ_QUEUE", "shop")
+        shop = open_shop(url, name)
+        app.state.shop = shop
+        try:
+            yield
+        finally:
+            await shop.queue.close()
+
+    app = FastAPI(title="delayq shop example", lifespan=lifespan)
+    app.include_router(router)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,78 @@
+"""Small helpers shared by the producer, script and model tests (real Redis only)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import redis.asyncio
+
+    from delayq import Queue, TaskInfo
+    from delayq.keys import TopicKeys
+
+# Tests reserve with a long default lease, so a lease only ends when a test ends it.
+LONG_TTR_MS = 3_600_000
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+async def queue_keys(redis: redis.asyncio.Redis, queue_name: str) -> list[str]:
+    """Every key delayq holds for ``queue_name``: per-topic keys and the queue's topic set.
+
+    ``{`` and ``}`` are not glob characters, so the patterns match literally.
+    """
+    found: list[str] = []
+    for pattern in (f"delayq:{{{queue_name}:*", f"delayq:{{{queue_name}}}:*"):
+        async for key in redis.scan_iter(match=pattern, count=1000):
+            found.append(key.decode() if isinstance(key, bytes) else key)
+    return sorted(found)
+
+
+async def redis_now_ms(redis: redis.asyncio.Redis) -> int:
+    """Redis's clock in Unix milliseconds (delayq's only clock)."""
+    seconds, micros = await redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def stored(queue: Queue, topic: str, task_id: str) -> TaskInfo:
+    """``queue.get`` for a task the test knows exists."""
+    info = await queue.get(topic, task_id)
+    assert info is not None, f"{topic}/{task_id} is not stored"
+    return info
+
+
+async def reserve(
+    queue: Queue,
+    topic: str,
+    *,
+    limit: int = 10,
+    reclaim: int = 100,
+    ttr_ms: int = LONG_TTR_MS,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> tuple[int, int, list[tuple[str, str, int]]]:
+    """Run reserve.lua for ``topic``.
+
+    Returns:
+        (now ms, next wake-up ms or -1, [(id, token, attempts), ...]) in lease order.
+    """
+    from delayq.task import Envelope
+
+    now_us, wake, items = await queue.scripts.reserve(
+        queue.keys(topic), limit=limit, reclaim=reclaim, ttr_ms=ttr_ms, max_attempts=max_attempts
+    )
+    leased = []
+    for task_id, raw in items:
+        envelope = Envelope.parse(raw)
+        leased.append((task_id, envelope.token, envelope.attempts))
+    # reserve.lua reports its clock in microseconds; every score it writes is in ms.
+    return now_us // 1000, wake, leased
+
+
+async def expire_lease(redis: redis.asyncio.Redis, keys: TopicKeys, task_id: str) -> None:
+    """Make a held lease look expired without waiting for it.
+
+    The lease deadline is the task's score in the ``reserved`` ZSET; moving it to the
+    epoch (``ZADD XX`` only updates an existing member) is exactly what Redis would
+    see once the deadline passed, so the next reserve.lua call reclaims the task.
+    """
+    assert await redis.zscore(keys.reserved, task_id) is not None, f"{task_id!r} holds no lease"
+    await redis.zadd(keys.reserved, {task_id: 1}, xx=True)

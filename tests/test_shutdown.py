@@ -1,0 +1,253 @@
+"""Graceful shutdown: running handlers get the grace period, the rest is cancelled and
+released for immediate redelivery (not after its TTR), in-process and for a real
+``delayq worker`` process stopped by SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import redis.asyncio
+
+from delayq import Queue, Task, TaskInfo, Worker
+from tests.apps.records import events, handled
+from tests.apps.runner import APP, Spawner, app_env, module_command, script_command
+
+
+class Launched(NamedTuple):
+    worker: Worker
+    run: asyncio.Task[None]
+
+
+Launch = Callable[..., Awaitable[Launched]]
+
+
+@pytest.fixture
+async def launch() -> AsyncIterator[Launch]:
+    """Like ``start_worker``, but hands the test the ``run()`` task to await after stop()."""
+    launched: list[Launched] = []
+
+    async def start(queue: Queue, **options: Any) -> Launched:
+        worker = Worker(queue, **options)
+        run = asyncio.create_task(worker.run(handle_signals=False))
+        launched.append(Launched(worker, run))
+        async with asyncio.timeout(5):
+            while not worker._wakeup.subscribed.is_set():
+                if run.done():
+                    await run
+                await asyncio.sleep(0.005)
+        return launched[-1]
+
+    yield start
+    for worker, run in launched:
+        worker.stop()
+        worker.stop()
+        await asyncio.gather(run, return_exceptions=True)
+
+
+async def get(queue: Queue, topic: str, task_id: str) -> TaskInfo:
+    info = await queue.get(topic, task_id)
+    assert info is not None, f"{topic}/{task_id} is gone"
+    return info
+
+
+async def stopped_within(run: asyncio.Task[None], timeout: float) -> float:
+    """Await the worker's run() and return how long it took."""
+    started = time.monotonic()
+    async with asyncio.timeout(timeout):
+        await run
+    return time.monotonic() - started
+
+
+# -- in-process --------------------------------------------------------------------------------
+
+
+async def test_running_handler_finishes_within_the_grace_and_is_acked(
+    queue: Queue, launch: Launch
+) -> None:
+    started, finished = asyncio.Event(), asyncio.Event()
+
+    @queue.topic("job")
+    async def job(body: None) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+        finished.set()
+
+    worker, run = await launch(queue, grace=10)
+    task_id = await job.send(None)
+    later = await job.send_delayed(None, 60)
+    async with asyncio.timeout(5):
+        await started.wait()
+    worker.stop()
+    took = await stopped_within(run, timeout=5)
+
+    assert finished.is_set()
+    assert took < 5  # the handler's 0.3 s, not the 10 s grace
+    assert worker.held == 0
+    assert await queue.get("job", task_id) is None  # acked before the worker exited
+    assert (await get(queue, "job", later)).state == "delayed"  # untouched
+
+
+async def test_handler_longer_than_the_grace_is_released_for_redelivery_at_once(
+    queue: Queue, launch: Launch
+) -> None:
+    runs: list[tuple[int, float]] = []
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    @queue.topic("job", ttr=30)
+    async def job(body: None, task: Task) -> None:
+        runs.append((task.attempt, time.monotonic()))
+        started.set()
+        if len(runs) == 1:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+    first, run = await launch(queue, grace=0.2)
+    task_id = await job.send(None)
+    async with asyncio.timeout(5):
+        await started.wait()
+    first.stop()
+    took = await stopped_within(run, timeout=5)
+    assert cancelled.is_set()
+    assert 0.2 - 0.01 <= took < 5
+
+    info = await get(queue, "job", task_id)
+    assert info.state == "ready"
+    assert info.attempts == 0  # the interrupted attempt does not count
+    assert info.lease_deadline is None
+
+    stopped_at = time.monotonic()
+    await launch(queue)  # another worker takes it over at once, not after the 30 s TTR
+    async with asyncio.timeout(5):
+        while len(runs) < 2:
+            await asyncio.sleep(0.01)
+    attempt, redelivered_at = runs[1]
+    assert attempt == 1
+    assert redelivered_at - stopped_at < 2
+
+
+async def test_second_stop_skips_the_grace(queue: Queue, launch: Launch) -> None:
+    started = asyncio.Event()
+
+    @queue.topic("job")
+    async def job(body: None) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    worker, run = await launch(queue, grace=30)
+    task_id = await job.send(None)
+    async with asyncio.timeout(5):
+        await started.wait()
+    worker.stop()
+    await asyncio.sleep(0.1)
+    assert not run.done()  # within its grace
+    worker.stop()
+    await stopped_within(run, timeout=5)
+    info = await get(queue, "job", task_id)
+    assert (info.state, info.attempts) == ("ready", 0)
+
+
+async def test_cancelling_run_releases_what_the_worker_holds(queue: Queue, launch: Launch) -> None:
+    started = asyncio.Event()
+
+    @queue.topic("job")
+    async def job(body: None) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    worker, run = await launch(queue, grace=30)
+    task_ids = [await job.send(None) for _ in range(3)]
+    async with asyncio.timeout(5):
+        await started.wait()
+    await asyncio.sleep(0.05)
+    assert worker.held == 3
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopped_within(run, timeout=5)
+    for task_id in task_ids:
+        info = await get(queue, "job", task_id)
+        assert (info.state, info.attempts) == ("ready", 0)
+
+
+async def test_idle_worker_stops_at_once(queue: Queue, launch: Launch) -> None:
+    @queue.topic("job")
+    async def job(body: None) -> None:
+        pass
+
+    worker, run = await launch(queue, grace=30)
+    later = await job.send_delayed(None, 60)
+    worker.stop()
+    took = await stopped_within(run, timeout=5)
+    assert took < 5
+    assert (await get(queue, "job", later)).state == "delayed"
+
+
+# -- a real `delayq worker` process ----------------------------------------------------------------
+
+
+@pytest.fixture
+def spawner(tmp_path: Path) -> Iterator[Spawner]:
+    spawner = Spawner(tmp_path)
+    yield spawner
+    spawner.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_signal_lets_the_running_handler_finish(
+    sig: signal.Signals,
+    spawner: Spawner,
+    queue: Queue,
+    redis_url: str,
+    redis_client: redis.asyncio.Redis,
+) -> None:
+    env = app_env(redis_url, queue.name)
+    worker = spawner.spawn(module_command("worker", APP, "--grace", "10"), env)
+    await worker.wait_started()
+    task_id = await queue.send("slow", {"sleep": 0.5})
+    await _wait_for_event(redis_client, queue.name, ("started", task_id, 1))
+
+    worker.send_signal(sig)
+    assert await worker.wait(timeout=10) == 0, worker.log()
+    assert ("finished", task_id, 1) in await events(redis_client, queue.name)
+    assert await handled(redis_client, queue.name) == {task_id: 1}
+    assert await queue.get("slow", task_id) is None
+    assert "worker stopped" in worker.log()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_signal_releases_a_handler_longer_than_the_grace(
+    sig: signal.Signals,
+    spawner: Spawner,
+    queue: Queue,
+    redis_url: str,
+    redis_client: redis.asyncio.Redis,
+) -> None:
+    env = app_env(redis_url, queue.name)
+    worker = spawner.spawn(script_command("worker", APP, "--grace", "0.3"), env)
+    await worker.wait_started()
+    task_id = await queue.send("slow", {"sleep": 30})
+    await _wait_for_event(redis_client, queue.name, ("started", task_id, 1))
+
+    worker.send_signal(sig)
+    assert await worker.wait(timeout=10) == 0, worker.log()
+    info = await get(queue, "slow", task_id)
+    assert (info.state, info.attempts) == ("ready", 0)
+    assert ("finished", task_id, 1) not in await events(redis_client, queue.name)
+    assert "releasing 1 task(s)" in worker.log()
+
+
+async def _wait_for_event(
+    client: redis.asyncio.Redis, queue_name: str, event: tuple[str, str, int]
+) -> None:
+    async with asyncio.timeout(10):
+        while event not in await events(client, queue_name):
+            await asyncio.sleep(0.01)
