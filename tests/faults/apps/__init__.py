@@ -1,0 +1,1 @@
+"""Worker apps loaded by `delayq worker tests.faults.apps.<module>:queue` subprocesses."""
