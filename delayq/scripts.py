@@ -61,7 +61,12 @@ async def redis_errors() -> AsyncIterator[None]:
         text = str(exc)
         if text.startswith(("OOM", "-OOM")):
             raise RedisOutOfMemoryError(f"Redis is out of memory: {text}") from exc
-        if text.startswith(("NOPERM", "NOAUTH", "WRONGPASS")):
+        # An ACL denial inside a script comes back as a plain error reply.
+        if (
+            text.startswith(("NOPERM", "NOAUTH", "WRONGPASS"))
+            or "can't run this command" in text
+            or ("can't access" in text)
+        ):
             raise RedisAuthError(f"Redis refused access: {text}") from exc
         raise RedisCommandError(f"Redis replied with an error: {text}") from exc
 
