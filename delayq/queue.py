@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from datetime import datetime
     from types import TracebackType
 
+    from pydantic import TypeAdapter
+
 log = logging.getLogger("delayq")
 
 MAX_ATTEMPTS_LIMIT = 1_000_000
@@ -48,6 +50,13 @@ def _check_max_attempts(value: object) -> int:
             f"max_attempts must be an int in [1, {MAX_ATTEMPTS_LIMIT}], got {value!r}"
         )
     return value
+
+
+def _task_overrides(ttr: Duration | None, max_attempts: int | None) -> tuple[int, int]:
+    """Validate a task's own ttr and max_attempts; 0 stands for "the topic's default"."""
+    ttr_ms = 0 if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
+    attempts = 0 if max_attempts is None else _check_max_attempts(max_attempts)
+    return ttr_ms, attempts
 
 
 class _TopicDecorator:
@@ -296,10 +305,8 @@ class Queue:
             or not 1 <= batch_size <= 1000
         ):
             raise InvalidInputError(f"batch_size must be an int in [1, 1000], got {batch_size!r}")
-        ttr_ms = 0 if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
-        attempts = 0 if max_attempts is None else _check_max_attempts(max_attempts)
-        registered = self.topics.get(topic)
-        adapter = registered.adapter if registered else None
+        ttr_ms, attempts = _task_overrides(ttr, max_attempts)
+        adapter = self._adapter(topic)
         fields: list[str | int | bytes] = []
         for task_id, body, one_delay in zip(ids, items, delays, strict=True):
             data = encode_body(topic, body, adapter, self.max_body_bytes)
@@ -343,23 +350,27 @@ class Queue:
     ) -> str:
         keys = self.keys(topic)
         task_id = new_task_id() if task_id is None else check_task_id(task_id)
-        ttr_ms = 0 if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
-        attempts = 0 if max_attempts is None else _check_max_attempts(max_attempts)
-        registered = self.topics.get(topic)
-        data = encode_body(
-            topic, body, registered.adapter if registered else None, self.max_body_bytes
-        )
+        ttr_ms, attempts = _task_overrides(ttr, max_attempts)
+        data = encode_body(topic, body, self._adapter(topic), self.max_body_bytes)
         status, when = await self.scripts.send(
             keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
             ttr_ms=ttr_ms, body=data, tolerance_ms=self.past_tolerance_ms,
         )  # fmt: skip
         if status < 0:
-            raise InvalidDurationError(
-                f"at={from_millis(value_ms).isoformat()} is more than {self.past_tolerance_ms} ms "
-                f"in the past (Redis time {from_millis(when).isoformat()})"
-            )
+            raise self._too_far_past(value_ms, when)
         await self._announce_quietly(topic)
         return task_id
+
+    def _adapter(self, topic: str) -> TypeAdapter[Any] | None:
+        """The body validator of ``topic`` when this process has its handler registered."""
+        registered = self.topics.get(topic)
+        return registered.adapter if registered else None
+
+    def _too_far_past(self, at_ms: int, redis_now_ms: int) -> InvalidDurationError:
+        return InvalidDurationError(
+            f"at={from_millis(at_ms).isoformat()} is more than {self.past_tolerance_ms} ms "
+            f"in the past (Redis time {from_millis(redis_now_ms).isoformat()})"
+        )
 
     # -- managing ---------------------------------------------------------------------------
 
@@ -394,10 +405,7 @@ class Queue:
             tolerance_ms=self.past_tolerance_ms,
         )  # fmt: skip
         if status < 0:
-            raise InvalidDurationError(
-                f"at={from_millis(value_ms).isoformat()} is more than {self.past_tolerance_ms} ms "
-                f"in the past (Redis time {from_millis(when).isoformat()})"
-            )
+            raise self._too_far_past(value_ms, when)
         return status == 1
 
     async def get(self, topic: str, task_id: str) -> TaskInfo | None:

@@ -44,31 +44,38 @@ def lua_source(name: str) -> str:
     return _INCLUDE.sub(lambda m: lua_source(m.group(1)), text)
 
 
+TRANSLATED = (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError, OSError)
+"""What :func:`translate` maps (auth, ACL and OOM errors are subclasses of these)."""
+
+
+def translate(exc: Exception) -> DelayqError:
+    """The delayq exception for a redis-py (or socket) exception."""
+    if isinstance(exc, (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError)):
+        return RedisAuthError(f"Redis refused access: {exc}")
+    if isinstance(exc, (rexc.ConnectionError, rexc.TimeoutError, OSError)):
+        return RedisUnavailableError(f"Redis is unavailable: {exc}")
+    if isinstance(exc, rexc.OutOfMemoryError):
+        return RedisOutOfMemoryError(f"Redis is out of memory: {exc}")
+    text = str(exc)
+    if text.startswith(("OOM", "-OOM")):
+        return RedisOutOfMemoryError(f"Redis is out of memory: {text}")
+    # An ACL denial inside a script comes back as a plain error reply.
+    if (
+        text.startswith(("NOPERM", "NOAUTH", "WRONGPASS"))
+        or "can't run this command" in text
+        or "can't access" in text
+    ):
+        return RedisAuthError(f"Redis refused access: {text}")
+    return RedisCommandError(f"Redis replied with an error: {text}")
+
+
 @asynccontextmanager
 async def redis_errors() -> AsyncIterator[None]:
     """Translate redis-py exceptions raised inside the block into delayq's."""
     try:
         yield
-    except DelayqError:
-        raise
-    except (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError) as exc:
-        raise RedisAuthError(f"Redis refused access: {exc}") from exc
-    except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-        raise RedisUnavailableError(f"Redis is unavailable: {exc}") from exc
-    except rexc.OutOfMemoryError as exc:
-        raise RedisOutOfMemoryError(f"Redis is out of memory: {exc}") from exc
-    except rexc.ResponseError as exc:
-        text = str(exc)
-        if text.startswith(("OOM", "-OOM")):
-            raise RedisOutOfMemoryError(f"Redis is out of memory: {text}") from exc
-        # An ACL denial inside a script comes back as a plain error reply.
-        if (
-            text.startswith(("NOPERM", "NOAUTH", "WRONGPASS"))
-            or "can't run this command" in text
-            or ("can't access" in text)
-        ):
-            raise RedisAuthError(f"Redis refused access: {text}") from exc
-        raise RedisCommandError(f"Redis replied with an error: {text}") from exc
+    except TRANSLATED as exc:
+        raise translate(exc) from exc
 
 
 def _int(value: Any) -> int:
@@ -95,9 +102,8 @@ class Scripts:
         # an async context manager per call.
         try:
             return await self._scripts[name](keys=keys, args=args)
-        except rexc.RedisError as exc:
-            async with redis_errors():
-                raise exc from None
+        except TRANSLATED as exc:
+            raise translate(exc) from exc
 
     async def send(
         self,

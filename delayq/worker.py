@@ -25,6 +25,7 @@ from delayq.checks import check_server
 from delayq.codec import decode_body
 from delayq.duration import Duration, to_millis, to_seconds
 from delayq.errors import (
+    BodyTooLargeError,
     BodyValidationError,
     DelayqError,
     InvalidInputError,
@@ -315,11 +316,8 @@ class Worker:
         topic, envelope = d.topic, d.envelope
         try:
             body = decode_body(topic.name, envelope.body, topic.adapter, self.queue.max_body_bytes)
-        except BodyValidationError as exc:
-            log.warning("dead-lettering %s/%s: %s", topic.name, d.task_id, exc)
-            await self._nack(d, "dead", 0, f"{type(exc).__name__}: {exc}")
-            return
-        except DelayqError as exc:  # over the size limit
+        except (BodyValidationError, BodyTooLargeError) as exc:
+            # No attempt can succeed with this body: dead at once (_nack logs it).
             await self._nack(d, "dead", 0, f"{type(exc).__name__}: {exc}")
             return
         task = Task(
@@ -351,28 +349,27 @@ class Worker:
                 )
             await self._nack(d, "retry", self._backoff_ms(d), error)
         else:
-            if await self._acker.ack(d.keys, d.task_id, envelope.token):
-                self._held.pop((topic.name, d.task_id), None)
-            else:
+            acked = await self._acker.ack(d.keys, d.task_id, envelope.token)
+            self._held.pop((topic.name, d.task_id), None)
+            if not acked:
                 log.warning("ack of %s/%s refused: its lease was lost", topic.name, d.task_id)
-                self._held.pop((topic.name, d.task_id), None)
 
     @staticmethod
     def _backoff_ms(d: Delivery) -> int:
         return to_millis(d.topic.options.backoff.delay(d.envelope.attempts), name="backoff")
 
     async def _retry(self, d: Delivery, retry: Retry) -> None:
-        backoff_s = d.topic.options.backoff.delay(d.envelope.attempts)
         error = f"Retry: {retry.reason}" if retry.reason else "Retry: requested by the handler"
-        try:
-            delay_ms = to_millis(
-                backoff_s if retry.delay is None else retry.delay, name="Retry.delay"
-            )
-        except InvalidInputError as exc:
-            log.warning(
-                "%s/%s raised Retry with %s; using the backoff", d.topic.name, d.task_id, exc
-            )
-            delay_ms, error = to_millis(backoff_s, name="backoff"), f"{type(exc).__name__}: {exc}"
+        if retry.delay is None:
+            delay_ms = self._backoff_ms(d)
+        else:
+            try:
+                delay_ms = to_millis(retry.delay, name="Retry.delay")
+            except InvalidInputError as exc:
+                log.warning(
+                    "%s/%s raised Retry with %s; using the backoff", d.topic.name, d.task_id, exc
+                )
+                delay_ms, error = self._backoff_ms(d), f"{type(exc).__name__}: {exc}"
         await self._nack(d, "retry", delay_ms, error)
 
     async def _nack(self, d: Delivery, mode: NackMode, delay_ms: int, error: str) -> None:

@@ -587,7 +587,23 @@ async def test_handler_whose_lease_was_taken_over_cannot_extend_or_ack(
 # -- concurrency and topics ------------------------------------------------------------------
 
 
-async def test_concurrency_bound_is_respected(queue: Queue, start_worker: StartWorker) -> None:
+@pytest.mark.parametrize(
+    ("tasks", "concurrency", "sleep", "within"),
+    [
+        (12, 3, 0.05, 5),
+        # 150 slots take two reserve calls (a call leases at most 100) and must all fill.
+        (300, 150, 0.2, 10),
+    ],
+    ids=["small", "above-one-reserve-batch"],
+)
+async def test_concurrency_bound_is_respected(
+    queue: Queue,
+    start_worker: StartWorker,
+    tasks: int,
+    concurrency: int,
+    sleep: float,
+    within: float,
+) -> None:
     running = peak = done = 0
 
     @queue.topic("work")
@@ -595,39 +611,17 @@ async def test_concurrency_bound_is_respected(queue: Queue, start_worker: StartW
         nonlocal running, peak, done
         running += 1
         peak = max(peak, running)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(sleep)
         running -= 1
         done += 1
 
-    for n in range(12):
+    for n in range(tasks):
         await work.send(n)
-    await start_worker(queue, concurrency=3)
-    async with asyncio.timeout(5):
-        while done < 12:
+    await start_worker(queue, concurrency=concurrency)
+    async with asyncio.timeout(within):
+        while done < tasks:
             await asyncio.sleep(0.01)
-    assert peak == 3
-
-
-async def test_concurrency_above_one_reserve_batch(queue: Queue, start_worker: StartWorker) -> None:
-    """150 slots take two reserve calls (a call leases at most 100) and must all fill."""
-    running = peak = done = 0
-
-    @queue.topic("work")
-    async def work(body: int) -> None:
-        nonlocal running, peak, done
-        running += 1
-        peak = max(peak, running)
-        await asyncio.sleep(0.2)
-        running -= 1
-        done += 1
-
-    for n in range(300):
-        await work.send(n)
-    await start_worker(queue, concurrency=150)
-    async with asyncio.timeout(10):
-        while done < 300:
-            await asyncio.sleep(0.01)
-    assert peak == 150
+    assert peak == concurrency
 
 
 async def test_workers_sharing_a_topic_run_each_task_once(
