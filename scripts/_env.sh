@@ -46,6 +46,12 @@ delayq_setup_venv() {
         _delayq_log "creating $venv with $python"
         "$python" -m venv --clear "$venv" || return 1
     fi
+    if ! "$venv/bin/python" -c 'import pip' 2>/dev/null; then
+        # A venv made with --without-pip (or whose pip was removed) cannot install anything.
+        _delayq_log "$venv has no pip; bootstrapping it with ensurepip"
+        "$venv/bin/python" -m ensurepip -q || return 1
+        rm -f "$stamp"
+    fi
     want="$("$venv/bin/python" -c \
         'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' \
         "$ROOT/pyproject.toml")" || return 1

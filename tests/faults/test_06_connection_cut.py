@@ -188,7 +188,11 @@ async def test_06_cut_mid_script_never_half_applied(
             missing = sorted(expected - delivered())[:5]
             states = [await _state(direct, task_id) for task_id in missing]
             raise AssertionError(f"missing {missing}: {states}") from exc
-        stuck = admin.zcard(queue.keys(WORK_TOPIC).reserved)
+        # Tasks whose send outcome was unknown may have been stored and reserved by an
+        # orphaned lease; they are not in ``expected``, so wait for the worker to finish
+        # them too: what must never happen is a lease that stays in ``reserved``.
+        reserved_key = queue.keys(WORK_TOPIC).reserved
+        await wait_until(lambda: admin.zcard(reserved_key) == 0, 10, "reserved to empty")
     cancelled = {t for t in ledger.gone if t not in {d.task_id for d in ledger.acked}}
     report = check("06 connection cut mid-script (each transition)",
                    sent=ledger.producer.sent, returned=ledger.producer.returned - cancelled,
@@ -202,7 +206,6 @@ async def test_06_cut_mid_script_never_half_applied(
     report.publish(record_property)
     print(sorted(outcomes.items()))
     assert_no_loss(report)
-    assert stuck == 0
     assert proxy.stats.cut_requests > CUTS // 4 and proxy.stats.cut_replies > CUTS // 4
     assert worker.alive
 
