@@ -16,7 +16,14 @@ import redis.asyncio
 
 from delayq import Queue, Task, TaskInfo, Worker
 from tests.apps.records import events, handled
-from tests.apps.runner import APP, Spawner, app_env, module_command, script_command
+from tests.apps.runner import (
+    APP,
+    Spawner,
+    WorkerProcess,
+    app_env,
+    module_command,
+    script_command,
+)
 
 
 class Launched(NamedTuple):
@@ -209,14 +216,8 @@ async def test_signal_lets_the_running_handler_finish(
     redis_url: str,
     redis_client: redis.asyncio.Redis,
 ) -> None:
-    env = app_env(redis_url, queue.name)
-    worker = spawner.spawn(module_command("worker", APP, "--grace", "10"), env)
-    await worker.wait_started()
-    task_id = await queue.send("slow", {"sleep": 0.5})
-    await _wait_for_event(redis_client, queue.name, ("started", task_id, 1))
-
-    worker.send_signal(sig)
-    assert await worker.wait(timeout=10) == 0, worker.log()
+    command = module_command("worker", APP, "--grace", "10")
+    worker, task_id = await _signal_mid_task(spawner, command, sig, queue, redis_url, 0.5)
     assert ("finished", task_id, 1) in await events(redis_client, queue.name)
     assert await handled(redis_client, queue.name) == {task_id: 1}
     assert await queue.get("slow", task_id) is None
@@ -231,18 +232,31 @@ async def test_signal_releases_a_handler_longer_than_the_grace(
     redis_url: str,
     redis_client: redis.asyncio.Redis,
 ) -> None:
-    env = app_env(redis_url, queue.name)
-    worker = spawner.spawn(script_command("worker", APP, "--grace", "0.3"), env)
-    await worker.wait_started()
-    task_id = await queue.send("slow", {"sleep": 30})
-    await _wait_for_event(redis_client, queue.name, ("started", task_id, 1))
-
-    worker.send_signal(sig)
-    assert await worker.wait(timeout=10) == 0, worker.log()
+    command = script_command("worker", APP, "--grace", "0.3")
+    worker, task_id = await _signal_mid_task(spawner, command, sig, queue, redis_url, 30)
     info = await get(queue, "slow", task_id)
     assert (info.state, info.attempts) == ("ready", 0)
     assert ("finished", task_id, 1) not in await events(redis_client, queue.name)
     assert "releasing 1 task(s)" in worker.log()
+
+
+async def _signal_mid_task(
+    spawner: Spawner,
+    command: list[str],
+    sig: signal.Signals,
+    queue: Queue,
+    redis_url: str,
+    sleep: float,
+) -> tuple[WorkerProcess, str]:
+    """Start a worker process, signal it while a ``sleep``-second handler runs, and return
+    it (exited 0) with the task's id."""
+    worker = spawner.spawn(command, app_env(redis_url, queue.name))
+    await worker.wait_started()
+    task_id = await queue.send("slow", {"sleep": sleep})
+    await _wait_for_event(queue.redis, queue.name, ("started", task_id, 1))
+    worker.send_signal(sig)
+    assert await worker.wait(timeout=10) == 0, worker.log()
+    return worker, task_id
 
 
 async def _wait_for_event(
