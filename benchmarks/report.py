@@ -38,6 +38,8 @@ COST_COLUMNS = [
     ("cmds_per_task", "cmds/task", "dec"),
     ("cmd_usec_per_task", "cmd us/task", "dec"),
     ("cpu_usec_per_task", "cpu us/task", "dec"),
+    ("cmds_per_task_bulk", "bulk: cmds/task", "dec"),
+    ("cpu_usec_per_task_bulk", "cpu us/task", "dec"),
     ("extra_runs_total", "re-runs", "int"),
 ]
 #: Same for the scale table (only printed when the scale scenario ran).
@@ -67,6 +69,7 @@ Columns:
   cmds/task     INFO commandstats calls / N over enqueue (1 s delay) + drain of N tasks
   cmd us/task   INFO commandstats usec / N (time inside commands); cpu us/task: redis-server
                 user+sys CPU / N (includes networking)
+  bulk:         cmds/task and cpu us/task again with the N tasks sent through the bulk API
   re-runs       executions beyond the number of tasks, all scenarios and rounds together
   scale         (--scenarios scale) K small / large tasks delayed by 1 h waiting, 1,000 more
                 due: one worker's drain time of the 1,000 (release .. last completion) and
@@ -76,6 +79,7 @@ Columns:
 NOT_METRICS = {
     "samples",
     "commands",
+    "commands_bulk",
     "fill_method",
     "bulk_batch",
     "lateness_n",
@@ -187,11 +191,7 @@ def tables(results: dict[str, Any]) -> str:
         parts.append(table(title, rows, header))
     ceiling = results["summary"].get(scenarios.CEILING_KEY)
     if ceiling:
-        parts.append(
-            "Ceiling, bare redis-py on one connection: "
-            f"sequential EVALSHA {fmt(ceiling.get('evalsha_seq_rate'), 'rate')}/s, "
-            f"pipelined LPUSH {fmt(ceiling.get('lpush_pipe_rate'), 'rate')}/s"
-        )
+        parts.append(_ceiling(results, ceiling))
     skipped = _skipped(results)
     if skipped:
         parts.append(skipped)
@@ -201,6 +201,41 @@ def tables(results: dict[str, Any]) -> str:
     if errors:
         parts.append(errors)
     return "\n\n".join(parts)
+
+
+def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
+    """The bare redis-py rates, Redis CPU per bare request, and each library's enqueue/s
+    as a fraction of both sequential ceilings."""
+
+    def line(what: str, key: str) -> str:
+        return (
+            f"  {what:<56} {fmt(ceiling.get(key + '_rate'), 'rate'):>7}/s"
+            f"   redis-server CPU {fmt(ceiling.get(key + '_cpu_usec'), 'dec'):>6} us/request"
+        )
+
+    lines = [
+        "Ceiling, bare redis-py (same run; redis-server CPU = INFO cpu user+sys / requests):",
+        line("sequential EVALSHA 'return 1', one connection", "evalsha_seq"),
+        line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
+        line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
+        line("pipelined EVALSHA 'return 1' (1,000 per batch)", "evalsha_pipe"),
+        line("pipelined LPUSH (1,000 per batch)", "lpush_pipe"),
+    ]
+    single, pooled = ceiling.get("evalsha_seq_rate"), ceiling.get("evalsha_pooled_rate")
+    send_lua = ceiling.get("send_lua_seq_rate")
+    for lib in results["meta"]["libs"]:
+        enqueue = results["summary"].get(lib, {}).get("enqueue_rate")
+        if enqueue and single and pooled:
+            lines.append(
+                f"  {lib} enqueue/s = {enqueue / single:.2f}x the one-connection ceiling, "
+                f"{enqueue / pooled:.2f}x the pooled one"
+                + (
+                    f", {enqueue / send_lua:.2f}x bare send.lua"
+                    if lib == "delayq" and send_lua
+                    else ""
+                )
+            )
+    return "\n".join(lines)
 
 
 def _apis(results: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ tasks fire on Redis's clock, milliseconds after they are due, at least once.
 import logging
 
 from delayq.backoff import Backoff
+from delayq.durability import Durability
 from delayq.duration import Duration
 from delayq.errors import (
     AppImportError,
@@ -17,6 +18,7 @@ from delayq.errors import (
     InvalidInputError,
     InvalidNameError,
     LeaseLostError,
+    NotDurableError,
     RedisAuthError,
     RedisCommandError,
     RedisOutOfMemoryError,
@@ -37,11 +39,13 @@ __all__ = [
     "BodyTooLargeError",
     "BodyValidationError",
     "DelayqError",
+    "Durability",
     "Duration",
     "InvalidDurationError",
     "InvalidInputError",
     "InvalidNameError",
     "LeaseLostError",
+    "NotDurableError",
     "Queue",
     "RedisAuthError",
     "RedisCommandError",

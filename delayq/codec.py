@@ -34,7 +34,9 @@ def encode_body(
         if adapter is not None:
             data = adapter.dump_json(adapter.validate_python(body))
         else:
-            data = pydantic_core.to_json(body)
+            # NaN and infinities become null, as a pydantic model's dump_json does by
+            # default: the stored body stays strict JSON that any consumer can parse.
+            data = pydantic_core.to_json(body, inf_nan_mode="null")
     except ValidationError as exc:
         raise BodyValidationError(describe_validation_error(topic, exc)) from exc
     except (pydantic_core.PydanticSerializationError, TypeError, ValueError) as exc:

@@ -10,12 +10,20 @@ from delayq.errors import InvalidDurationError
 Duration = int | float | timedelta
 """Seconds as an int or float (sub-second values work), or a ``timedelta``."""
 
+MAX_SECONDS = 100 * 365 * 86_400
+"""Longest duration accepted (100 years).  Without a bound, a due time past the year 9999
+would be stored and then break every reader that turns it into a ``datetime``."""
+
+MAX_EPOCH_MILLIS = 253_370_764_800_000
+"""``at`` must be before 9999-01-01 UTC, for the same reason."""
+
 
 def to_seconds(value: Duration, *, name: str, allow_zero: bool = True) -> float:
     """Validate ``value`` and return it in seconds.
 
     Raises:
-        InvalidDurationError: negative, NaN/infinite, zero when not allowed, or not a number.
+        InvalidDurationError: negative, NaN/infinite, over :data:`MAX_SECONDS`, zero when not
+            allowed, or not a number.
     """
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
@@ -27,6 +35,8 @@ def to_seconds(value: Duration, *, name: str, allow_zero: bool = True) -> float:
         )
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidDurationError(f"{name} must be a finite, non-negative duration, got {value!r}")
+    if seconds > MAX_SECONDS:
+        raise InvalidDurationError(f"{name} must be at most 100 years, got {value!r}")
     if seconds == 0 and not allow_zero:
         raise InvalidDurationError(f"{name} must be greater than zero")
     return seconds
@@ -44,10 +54,14 @@ def to_epoch_millis(at: datetime, *, name: str = "at") -> int:
     """Return an aware datetime as Unix milliseconds.
 
     Raises:
-        InvalidDurationError: ``at`` is naive (its zone would be a guess) or not a datetime.
+        InvalidDurationError: ``at`` is naive (its zone would be a guess), not a datetime, or
+            not before the year 9999.
     """
     if not isinstance(at, datetime):
         raise InvalidDurationError(f"{name} must be a datetime, got {at!r}")
     if at.tzinfo is None or at.utcoffset() is None:
         raise InvalidDurationError(f"{name} must be timezone-aware, got naive {at!r}")
-    return math.ceil(at.timestamp() * 1000)
+    millis = math.ceil(at.timestamp() * 1000)
+    if millis >= MAX_EPOCH_MILLIS:
+        raise InvalidDurationError(f"{name} must be before 9999-01-01 UTC, got {at!r}")
+    return millis

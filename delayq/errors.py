@@ -5,7 +5,7 @@ The tree::
     DelayqError
     ├── InvalidInputError (also ValueError)   bad input, rejected before anything is written
     │   ├── InvalidNameError                 queue name, topic or task id
-    │   ├── InvalidDurationError             delay, ttr, grace, `at` or a backoff figure
+    │   ├── InvalidDurationError             delay, ttr, grace, `at`, a backoff figure or a durability timeout
     │   ├── BodyTooLargeError                encoded body over the size limit
     │   └── BodyValidationError              body not JSON-serialisable or not valid for the topic's model
     ├── RedisUnavailableError (also ConnectionError)   Redis cannot be reached or is loading
@@ -13,6 +13,7 @@ The tree::
     ├── RedisOutOfMemoryError                Redis is at maxmemory and refused a write
     ├── UnsupportedRedisError                the server is too old for delayq's scripts
     ├── RedisCommandError                    any other error reply from Redis
+    ├── NotDurableError                      a durable send is stored, but too few replicas confirmed it
     ├── LeaseLostError                       Task.extend after the lease was lost (acks/nacks: logged)
     ├── AppImportError                       `delayq worker module:attr` could not load a Queue
     └── Retry                                raised by a handler to ask for a retry after a delay
@@ -78,6 +79,56 @@ class UnsupportedRedisError(DelayqError):
 
 class RedisCommandError(DelayqError):
     """Raised for any other error reply from Redis, e.g. a key of the wrong type."""
+
+
+class NotDurableError(DelayqError):
+    """Raised by a send on a queue with ``durability`` when fewer replicas than required
+    confirmed it within the timeout (or, with ``WAITAOF``, the primary's own fsync did not).
+
+    The tasks in ``task_ids`` ARE stored on the primary; only their durability is
+    unconfirmed.  Sending them again with the same ids is safe (sends are idempotent by
+    id) and waits again.
+
+    Attributes:
+        task_ids: the ids stored on the primary whose durability is unconfirmed.
+        unsent: ``send_many`` only: ids of later batches, not sent at all.
+        confirmed: replicas that confirmed; -1 when the primary's AOF fsync was not confirmed.
+        required: replicas that had to confirm.
+    """
+
+    def __init__(
+        self,
+        task_ids: list[str],
+        *,
+        confirmed: int,
+        required: int,
+        timeout_ms: int,
+        unsent: list[str] | None = None,
+    ) -> None:
+        self.task_ids = task_ids
+        self.unsent = unsent or []
+        self.confirmed = confirmed
+        self.required = required
+        self.timeout_ms = timeout_ms
+        what = (
+            "the primary's own AOF fsync was not confirmed"
+            if confirmed < 0
+            else f"{confirmed} of {required} replica(s) confirmed"
+        )
+        message = (
+            f"{_ids(task_ids)} stored on the primary, but durability is unconfirmed: {what} "
+            f"within {timeout_ms} ms; re-sending with the same task_id is safe (sends are "
+            "idempotent by id)"
+        )
+        if self.unsent:
+            message += f"; {len(self.unsent)} later task(s) were not sent"
+        super().__init__(message)
+
+
+def _ids(task_ids: list[str], most: int = 5) -> str:
+    shown = ", ".join(task_ids[:most])
+    more = f" and {len(task_ids) - most} more" if len(task_ids) > most else ""
+    return f"task {shown}{more} is" if len(task_ids) == 1 else f"tasks {shown}{more} are"
 
 
 class LeaseLostError(DelayqError):

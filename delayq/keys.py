@@ -3,11 +3,14 @@
 All keys of one (queue, topic) share the hash tag ``{queue:topic}``, so they live in one
 Redis Cluster slot and every script can touch them atomically::
 
-    delayq:{shop:order.close}:schedule   ZSET  id -> due ms (delayed and ready tasks)
+    delayq:{shop:order.close}:wheel      ZSET  slot number -> lower bound ms of the slot
+    delayq:{shop:order.close}:slot:<n>   ZSET  id -> due ms, <= 128 entries (delayed and ready)
+    delayq:{shop:order.close}:tasks:<b>  HASH  id -> header "attempts,token,max,ttr,enqueued,due",
+                                               id + NUL byte -> body JSON (b: sha1(id)[:3], hex)
     delayq:{shop:order.close}:reserved   ZSET  id -> lease deadline ms
     delayq:{shop:order.close}:dead       ZSET  id -> dead-lettered at ms
-    delayq:{shop:order.close}:tasks      HASH  id -> envelope "attempts,token,max,ttr,enqueued,due,body"
     delayq:{shop:order.close}:errors     HASH  id -> last error
+    delayq:{shop:order.close}:slots      STRING counter that numbers new slots
     delayq:{shop:order.close}:seq        STRING fencing-token counter
     delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
     delayq:{shop}:topics                 SET   topics that have been used (for stats)
@@ -15,6 +18,7 @@ Redis Cluster slot and every script can touch them atomically::
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -73,10 +77,11 @@ class TopicKeys:
     """The key and channel names of one (queue, topic)."""
 
     topic: str
-    schedule: str
+    prefix: str
+    """Start of every key below; the scripts build bucket and slot names from it."""
+    wheel: str
     reserved: str
     dead: str
-    tasks: str
     errors: str
     seq: str
     wake: str
@@ -87,14 +92,27 @@ class TopicKeys:
         base = f"{PREFIX}:{{{queue}:{topic}}}:"
         return cls(
             topic=topic,
-            schedule=base + "schedule",
+            prefix=base,
+            wheel=base + "wheel",
             reserved=base + "reserved",
             dead=base + "dead",
-            tasks=base + "tasks",
             errors=base + "errors",
             seq=base + "seq",
             wake=base + "wake",
         )
+
+    def bucket(self, task_id: str) -> str:
+        """The HASH holding ``task_id``'s header and body (as ``_layout.lua`` picks it)."""
+        return f"{self.prefix}tasks:{hashlib.sha1(task_id.encode()).hexdigest()[:3]}"
+
+    def slot(self, number: bytes | str) -> str:
+        """The schedule slot (ZSET id -> due ms) named ``number`` in the wheel."""
+        name = number.decode() if isinstance(number, bytes) else number
+        return f"{self.prefix}slot:{name}"
+
+
+BODY_FIELD_SUFFIX = "\0"
+"""A task's body is stored in its bucket under its id plus this (ids hold no control characters)."""
 
 
 def topics_key(queue: str) -> str:

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import base64
 import logging
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self, overload
 
-import pydantic_core
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry as RedisRetry
-from redis.backoff import NoBackoff
-
 from delayq.backoff import Backoff
 from delayq.codec import DEFAULT_MAX_BODY_BYTES, encode_body
+from delayq.connection import open_clients
+from delayq.durability import Durability, DurableSender
 from delayq.duration import Duration, to_epoch_millis, to_millis
-from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError
+from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, NotDurableError
+from delayq.ids import new_task_id, new_task_ids
 from delayq.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
 from delayq.scripts import Scripts, redis_errors
-from delayq.task import Envelope, Task, TaskInfo, TopicStats, from_millis
-from delayq.topic import BodyT, Topic, TopicOptions
+from delayq.task import Task, TaskInfo, TopicStats, from_millis, stored_task_info
+from delayq.topic import BodyT, Topic, TopicOptions, check_max_attempts, task_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -28,35 +24,9 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from pydantic import TypeAdapter
+    from redis.asyncio import Redis
 
 log = logging.getLogger("delayq")
-
-MAX_ATTEMPTS_LIMIT = 1_000_000
-
-
-def new_task_id() -> str:
-    """A random id: 80 bits as 16 characters of [a-z2-7], short to store and safe to pass
-    on a command line (never starts with '-')."""
-    return base64.b32encode(os.urandom(10)).decode().lower()
-
-
-def _check_max_attempts(value: object) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise InvalidInputError(
-            f"max_attempts must be an int in [1, {MAX_ATTEMPTS_LIMIT}], got {value!r}"
-        )
-    return value
-
-
-def _task_overrides(ttr: Duration | None, max_attempts: int | None) -> tuple[int, int]:
-    """Validate a task's own ttr and max_attempts; 0 stands for "the topic's default"."""
-    ttr_ms = 0 if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
-    attempts = 0 if max_attempts is None else _check_max_attempts(max_attempts)
-    return ttr_ms, attempts
 
 
 class _TopicDecorator:
@@ -86,6 +56,9 @@ class Queue:
         max_body_bytes: largest encoded body accepted on send and on delivery.
         past_tolerance: how far in the past ``send_at``/``reschedule(at=...)`` may be and
             still run (at once); further in the past raises ``InvalidDurationError``.
+        durability: make every send wait for replicas (``WAIT``, or ``WAITAOF`` on Redis
+            >= 7.2 with AOF) and raise ``NotDurableError`` when too few confirm in time.
+            ``None`` (default): a send returns once the primary stored the task.
     """
 
     def __init__(
@@ -95,6 +68,7 @@ class Queue:
         name: str = "default",
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         past_tolerance: Duration = 5.0,
+        durability: Durability | None = None,
     ) -> None:
         self.name = check_queue_name(name)
         if (
@@ -108,6 +82,10 @@ class Queue:
         self.redis = redis
         self.max_body_bytes = max_body_bytes
         self.past_tolerance_ms = to_millis(past_tolerance, name="past_tolerance")
+        if durability is not None and not isinstance(durability, Durability):
+            raise InvalidInputError(f"durability must be a Durability, got {durability!r}")
+        self.durability = durability
+        self._durable = DurableSender(redis, durability) if durability else None
         self.topics: dict[str, Topic[Any]] = {}
         self.scripts = Scripts(redis)
         self._keys: dict[str, TopicKeys] = {}
@@ -122,27 +100,26 @@ class Queue:
         that ``Queue`` takes are passed to it; the rest go to ``redis.asyncio.Redis.from_url``.
         By default a failed command is retried once on a fresh connection (no backoff), so a
         stale pooled connection after a Redis restart costs no error while a Redis that is
-        down fails fast; and at most ``max_connections`` (100) connections are opened, more
-        concurrent calls waiting up to ``timeout`` (10 s) for a free one.
+        down fails fast; and at most ``max_connections`` (100) pooled connections are opened,
+        more concurrent calls waiting up to ``timeout`` (10 s) for a free one.  One more
+        connection is held for script calls, used whenever it is idle.
         """
         queue_options = {
-            k: options.pop(k) for k in ("max_body_bytes", "past_tolerance") if k in options
+            k: options.pop(k)
+            for k in ("max_body_bytes", "past_tolerance", "durability")
+            if k in options
         }
-        options.setdefault("retry", RedisRetry(NoBackoff(), 1))
-        options.setdefault("socket_connect_timeout", 5.0)
-        options.setdefault("socket_keepalive", True)
-        # A blocking pool: a burst of concurrent sends waits for a free connection instead
-        # of failing with "Too many connections" past max_connections.
-        options.setdefault("max_connections", 100)
-        options.setdefault("timeout", 10.0)
-        client = Redis.from_pool(BlockingConnectionPool.from_url(url, **options))
+        client, dedicated = open_clients(url, **options)
         queue = cls(client, name=name, **queue_options)
+        # Scripts run on one held connection whenever it is idle, the pool otherwise.
+        queue.scripts = Scripts(client, dedicated=dedicated)
         queue._owns_client = True
         return queue
 
     async def close(self) -> None:
         """Close the Redis connections this queue opened (not a client passed in)."""
         if self._owns_client:
+            await self.scripts.aclose()
             await self.redis.aclose()
 
     async def __aenter__(self) -> Self:
@@ -181,7 +158,7 @@ class Queue:
         check_topic(name)
         options = TopicOptions(
             ttr_ms=to_millis(ttr, name="ttr", allow_zero=False),
-            max_attempts=_check_max_attempts(max_attempts),
+            max_attempts=check_max_attempts(max_attempts),
             backoff=backoff or Backoff(),
         )
 
@@ -255,6 +232,8 @@ class Queue:
         Raises:
             InvalidInputError: a bad topic, id, delay, option or body (nothing is written).
             RedisUnavailableError: Redis could not be reached; retry with the same task_id.
+            NotDurableError: (with ``durability``) stored, but too few replicas confirmed it;
+                retry with the same task_id.
         """
         value_ms = to_millis(delay, name="delay")
         return await self._send(topic, body, False, value_ms, task_id, ttr, max_attempts)
@@ -288,14 +267,14 @@ class Queue:
 
         Returns:
             The task ids, in the order of ``bodies``.
+
+        Raises:
+            NotDurableError: (with ``durability``) a batch is stored but too few replicas
+                confirmed it; later batches were not sent.  Repeat with the same task_ids.
         """
         keys = self.keys(topic)
         items = list(bodies)
-        ids = (
-            [new_task_id() for _ in items]
-            if task_ids is None
-            else [check_task_id(t) for t in task_ids]
-        )
+        ids = new_task_ids(len(items)) if task_ids is None else [check_task_id(t) for t in task_ids]
         delays = list(delay) if isinstance(delay, Sequence) else [delay] * len(items)
         if not (len(ids) == len(delays) == len(items)):
             raise InvalidInputError("bodies, task_ids and delay must have the same length")
@@ -305,17 +284,24 @@ class Queue:
             or not 1 <= batch_size <= 1000
         ):
             raise InvalidInputError(f"batch_size must be an int in [1, 1000], got {batch_size!r}")
-        ttr_ms, attempts = _task_overrides(ttr, max_attempts)
+        ttr_ms, attempts = task_overrides(ttr, max_attempts)
         adapter = self._adapter(topic)
         fields: list[str | int | bytes] = []
         for task_id, body, one_delay in zip(ids, items, delays, strict=True):
             data = encode_body(topic, body, adapter, self.max_body_bytes)
             fields += (task_id, "d", to_millis(one_delay, name="delay"), attempts, ttr_ms, data)
-        width = 6 * batch_size
-        for start in range(0, len(fields), width):
-            await self.scripts.send_many(
-                keys, fields[start : start + width], tolerance_ms=self.past_tolerance_ms
-            )
+        for start in range(0, len(ids), batch_size):
+            try:
+                await self.scripts.send_many(
+                    keys, fields[6 * start : 6 * (start + batch_size)],
+                    tolerance_ms=self.past_tolerance_ms, durable=self._durable,
+                )  # fmt: skip
+            except NotDurableError as exc:
+                await self._announce_quietly(topic)  # the batch is stored
+                raise NotDurableError(
+                    exc.task_ids, confirmed=exc.confirmed, required=exc.required,
+                    timeout_ms=exc.timeout_ms, unsent=ids[start + batch_size :],
+                ) from None  # fmt: skip
         await self._announce_quietly(topic)
         return ids
 
@@ -350,12 +336,17 @@ class Queue:
     ) -> str:
         keys = self.keys(topic)
         task_id = new_task_id() if task_id is None else check_task_id(task_id)
-        ttr_ms, attempts = _task_overrides(ttr, max_attempts)
+        ttr_ms, attempts = task_overrides(ttr, max_attempts)
         data = encode_body(topic, body, self._adapter(topic), self.max_body_bytes)
-        status, when = await self.scripts.send(
-            keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
-            ttr_ms=ttr_ms, body=data, tolerance_ms=self.past_tolerance_ms,
-        )  # fmt: skip
+        try:
+            status, when = await self.scripts.send(
+                keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
+                ttr_ms=ttr_ms, body=data, tolerance_ms=self.past_tolerance_ms,
+                durable=self._durable,
+            )  # fmt: skip
+        except NotDurableError:
+            await self._announce_quietly(topic)  # the task is stored
+            raise
         if status < 0:
             raise self._too_far_past(value_ms, when)
         await self._announce_quietly(topic)
@@ -416,7 +407,7 @@ class Queue:
         state, raw, error, _now, score = found
         lease = from_millis(score) if state == "reserved" else None
         dead_at = from_millis(score) if state == "dead" else None
-        return _task_info(topic, task_id, state, raw, error, score, lease, dead_at)
+        return stored_task_info(topic, task_id, state, raw, error, score, lease, dead_at)
 
     async def stats(self) -> dict[str, TopicStats]:
         """Count tasks per state for every topic of this queue that holds any."""
@@ -438,7 +429,7 @@ class Queue:
             raise InvalidInputError("limit must be >= 1 and offset >= 0")
         _now, rows = await self.scripts.dead_letters(self.keys(topic), offset=offset, limit=limit)
         return [
-            _task_info(topic, task_id, "dead", raw, error, died, None, from_millis(died))
+            stored_task_info(topic, task_id, "dead", raw, error, died, None, from_millis(died))
             for task_id, raw, error, died in rows
         ]
 
@@ -473,34 +464,3 @@ class Queue:
 
         worker = Worker(self, concurrency=concurrency, topics=topics, grace=grace)
         await worker.run(handle_signals=handle_signals)
-
-
-def _task_info(
-    topic: str,
-    task_id: str,
-    state: str,
-    raw: bytes | None,
-    error: str | None,
-    score: int,
-    lease: datetime | None,
-    dead_at: datetime | None,
-) -> TaskInfo:
-    try:
-        envelope = Envelope.parse(raw or b"")
-    except ValueError:
-        return TaskInfo(
-            id=task_id, topic=topic, state=state, due_at=from_millis(score),
-            enqueued_at=from_millis(score), attempts=0, max_attempts=None, body=None,
-            last_error=error or "CorruptTask: stored envelope is unreadable",
-            lease_deadline=lease, dead_at=dead_at,
-        )  # fmt: skip
-    try:
-        body = pydantic_core.from_json(envelope.body)
-    except ValueError:
-        body = envelope.body.decode(errors="replace")
-    return TaskInfo(
-        id=task_id, topic=topic, state=state, due_at=from_millis(envelope.due_ms),
-        enqueued_at=from_millis(envelope.enqueued_ms), attempts=envelope.attempts,
-        max_attempts=envelope.max_attempts or None, body=body, last_error=error,
-        lease_deadline=lease, dead_at=dead_at,
-    )  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.commands.core import AsyncScript
 
+    from delayq.durability import DurableSender
     from delayq.keys import TopicKeys
 
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
@@ -78,6 +80,30 @@ async def redis_errors() -> AsyncIterator[None]:
         raise translate(exc) from exc
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What one reserve.lua call did.
+
+    Attributes:
+        now_us: Redis's time in microseconds.
+        next_ms: the earliest due time or lease deadline still pending, -1 if none.
+        items: the leased tasks, (id, envelope with the new attempt count and token).
+        skipped: (id, reason) of entries it could not lease: ``"missing"`` (the envelope
+            is absent, the entry was dropped) or ``"corrupt"`` (unreadable, dead-lettered).
+    """
+
+    now_us: int
+    next_ms: int
+    items: list[tuple[str, bytes]]
+    skipped: list[tuple[str, str]]
+
+
+def waiting_keys(keys: TopicKeys) -> tuple[str, str, str, str]:
+    """The KEYS of the scripts that store or remove a waiting task (send, send_many, cancel,
+    replay), also for anything that runs them bare (the benchmark's ceiling)."""
+    return (keys.prefix, keys.wheel, keys.dead, keys.errors)
+
+
 def _int(value: Any) -> int:
     return int(value)
 
@@ -87,21 +113,66 @@ def _text(value: bytes | str) -> str:
 
 
 class Scripts:
-    """Typed wrappers around delayq's Lua scripts for one Redis client."""
+    """Typed wrappers around delayq's Lua scripts for one Redis client.
 
-    def __init__(self, client: Redis) -> None:
+    Args:
+        client: runs the scripts.
+        dedicated: optionally, a ``single_connection_client`` to the same Redis.  A call
+            made while it is idle runs on it; a call made while it is busy goes through
+            ``client``'s pool as usual.  Borrowing a connection from redis-py's pool and
+            giving it back costs more than a small script's round trip to a local Redis.
+    """
+
+    def __init__(self, client: Redis, dedicated: Redis | None = None) -> None:
         self._client = client
+        self._dedicated = dedicated
+        self._dedicated_busy = False
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters")  # fmt: skip
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(lua_source(name)) for name in names
         }
 
+    async def aclose(self) -> None:
+        """Close the dedicated client, if any (``client`` is the caller's to close)."""
+        if self._dedicated is not None:
+            await self._dedicated.aclose()
+
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:
         # The hot path: a bare try costs nothing until something fails, unlike entering
         # an async context manager per call.
+        script = self._scripts[name]
         try:
-            return await self._scripts[name](keys=keys, args=args)
+            if self._dedicated is None or self._dedicated_busy:
+                return await script(keys=keys, args=args)
+            # No await between the check and the flag: one call at a time on the connection.
+            self._dedicated_busy = True
+            try:
+                return await script(keys=keys, args=args, client=self._dedicated)
+            finally:
+                self._dedicated_busy = False
+        except TRANSLATED as exc:
+            raise translate(exc) from exc
+
+    async def _write(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[str | int | bytes],
+        durable: DurableSender | None,
+        *,
+        ids: Sequence[str],
+        touch_key: str,
+    ) -> Any:
+        """Run a send script, through ``durable`` when given (the script then waits for
+        replicas).  Its reply must be, or start with, one status per task."""
+        if durable is None:
+            return await self._run(name, keys, args)
+        try:
+            return await durable.run(
+                self._scripts[name], keys, args, ids=ids, touch_key=touch_key,
+                statuses=lambda reply: [_int(v) for v in reply[: len(ids)]],
+            )  # fmt: skip
         except TRANSLATED as exc:
             raise translate(exc) from exc
 
@@ -116,11 +187,12 @@ class Scripts:
         ttr_ms: int,
         body: bytes,
         tolerance_ms: int,
+        durable: DurableSender | None = None,
     ) -> tuple[int, int]:
         """Run send.lua. Returns (status, due or now ms): 1 stored, 0 duplicate, -1 too far past."""
-        reply = await self._run(
+        reply = await self._write(
             "send",
-            (keys.schedule, keys.tasks, keys.dead, keys.errors),
+            waiting_keys(keys),
             (
                 task_id,
                 "a" if absolute else "d",
@@ -131,31 +203,58 @@ class Scripts:
                 tolerance_ms,
                 keys.wake,
             ),
+            durable,
+            ids=(task_id,),
+            touch_key=keys.seq,
         )
         return _int(reply[0]), _int(reply[1])
 
     async def send_many(
-        self, keys: TopicKeys, fields: Sequence[str | int | bytes], *, tolerance_ms: int
+        self,
+        keys: TopicKeys,
+        fields: Sequence[str | int | bytes],
+        *,
+        tolerance_ms: int,
+        durable: DurableSender | None = None,
     ) -> list[int]:
-        """Run send_many.lua on six fields per task. Returns a status per task (as ``send``)."""
-        reply = await self._run(
+        """Run send_many.lua on six fields per task (the id first). Returns a status per task
+        (as ``send``)."""
+        reply = await self._write(
             "send_many",
-            (keys.schedule, keys.tasks, keys.dead, keys.errors),
+            waiting_keys(keys),
             (tolerance_ms, keys.wake, *fields),
+            durable,
+            ids=[str(v) for v in fields[::6]],  # ids are str (checked by the queue)
+            touch_key=keys.seq,
         )
         return [_int(status) for status in reply]
 
     async def reserve(
         self, keys: TopicKeys, *, limit: int, reclaim: int, ttr_ms: int, max_attempts: int
     ) -> tuple[int, int, list[tuple[str, bytes]]]:
-        """Run reserve.lua. Returns (now µs, next wake ms or -1, [(id, envelope), ...])."""
+        """Run reserve.lua. Returns (now µs, next wake ms or -1, [(id, envelope), ...]);
+        :meth:`reserve_reporting` also returns what could not be leased."""
+        found = await self.reserve_reporting(
+            keys, limit=limit, reclaim=reclaim, ttr_ms=ttr_ms, max_attempts=max_attempts
+        )
+        return found.now_us, found.next_ms, found.items
+
+    async def reserve_reporting(
+        self, keys: TopicKeys, *, limit: int, reclaim: int, ttr_ms: int, max_attempts: int
+    ) -> Reservation:
+        """Run reserve.lua. Returns the leased tasks and the entries it dropped or buried."""
         reply = await self._run(
             "reserve",
-            (keys.schedule, keys.reserved, keys.tasks, keys.dead, keys.errors, keys.seq),
+            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq),
             (limit, reclaim, ttr_ms, max_attempts),
         )
-        items = [(_text(reply[i]), reply[i + 1]) for i in range(2, len(reply), 2)]
-        return _int(reply[0]), _int(reply[1]), items
+        skipped = reply[2]
+        return Reservation(
+            now_us=_int(reply[0]),
+            next_ms=_int(reply[1]),
+            items=[(_text(reply[i]), reply[i + 1]) for i in range(3, len(reply), 2)],
+            skipped=[(_text(skipped[i]), _text(skipped[i + 1])) for i in range(0, len(skipped), 2)],
+        )
 
     async def ack(self, keys: TopicKeys, leases: Sequence[tuple[str, str]]) -> list[bool]:
         """Run ack.lua for (id, token) pairs. Returns, per pair, whether the ack took effect."""
@@ -163,7 +262,7 @@ class Scripts:
         # Chunks, because Lua's unpack() takes at most ~8,000 values.
         for start in range(0, len(leases), MAX_UNPACK):
             args = [part for lease in leases[start : start + MAX_UNPACK] for part in lease]
-            reply = await self._run("ack", (keys.reserved, keys.tasks, keys.errors), args)
+            reply = await self._run("ack", (keys.prefix, keys.reserved, keys.errors), args)
             applied += (bool(_int(flag)) for flag in reply)
         return applied
 
@@ -181,18 +280,18 @@ class Scripts:
         """Run nack.lua. Returns (0 lease lost | 1 rescheduled | 2 dead, due or now ms)."""
         reply = await self._run(
             "nack",
-            (keys.schedule, keys.reserved, keys.tasks, keys.dead, keys.errors),
+            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors),
             (task_id, token, mode, delay_ms, error, max_attempts, keys.wake),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
 
     async def extend(self, keys: TopicKeys, task_id: str, token: str, ms: int) -> int:
         """Run extend.lua. Returns the new lease deadline in ms, or 0 when the lease was lost."""
-        return _int(await self._run("extend", (keys.reserved, keys.tasks), (task_id, token, ms)))
+        return _int(await self._run("extend", (keys.prefix, keys.reserved), (task_id, token, ms)))
 
     async def cancel(self, keys: TopicKeys, task_id: str) -> bool:
         """Run cancel.lua. Returns whether a delayed, ready or dead task was removed."""
-        keyset = (keys.schedule, keys.tasks, keys.dead, keys.errors)
+        keyset = waiting_keys(keys)
         return bool(_int(await self._run("cancel", keyset, (task_id,))))
 
     async def reschedule(
@@ -201,14 +300,14 @@ class Scripts:
         """Run reschedule.lua. Returns (1 moved | 0 not waiting | -1 too far past, due or now ms)."""
         reply = await self._run(
             "reschedule",
-            (keys.schedule, keys.tasks),
+            (keys.prefix, keys.wheel),
             (task_id, "a" if absolute else "d", value_ms, tolerance_ms, keys.wake),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
 
     async def replay(self, keys: TopicKeys, task_id: str) -> bool:
         """Run replay.lua. Returns whether a dead task was moved back to the schedule."""
-        keyset = (keys.schedule, keys.tasks, keys.dead, keys.errors)
+        keyset = waiting_keys(keys)
         return bool(_int(await self._run("replay", keyset, (task_id, keys.wake))))
 
     async def get(
@@ -216,7 +315,7 @@ class Scripts:
     ) -> tuple[str, bytes, str | None, int, int] | None:
         """Run get.lua. Returns (state, envelope, last error, now ms, score ms) or None."""
         reply = await self._run(
-            "get", (keys.schedule, keys.reserved, keys.dead, keys.tasks, keys.errors), (task_id,)
+            "get", (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors), (task_id,)
         )
         if reply is None:
             return None
@@ -225,7 +324,7 @@ class Scripts:
 
     async def stats(self, keys: TopicKeys) -> tuple[int, int, int, int]:
         """Run stats.lua. Returns (delayed, ready, reserved, dead)."""
-        reply = await self._run("stats", (keys.schedule, keys.reserved, keys.dead), ())
+        reply = await self._run("stats", (keys.prefix, keys.wheel, keys.reserved, keys.dead), ())
         delayed, ready, reserved, dead = (_int(v) for v in reply)
         return delayed, ready, reserved, dead
 
@@ -234,7 +333,7 @@ class Scripts:
     ) -> tuple[int, list[tuple[str, bytes | None, str | None, int]]]:
         """Run dead_letters.lua. Returns (now ms, [(id, envelope, error, died ms), ...])."""
         reply = await self._run(
-            "dead_letters", (keys.dead, keys.tasks, keys.errors), (offset, limit)
+            "dead_letters", (keys.prefix, keys.dead, keys.errors), (offset, limit)
         )
         rows = [
             (

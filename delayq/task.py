@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
@@ -21,9 +22,11 @@ def from_millis(millis: int) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """One stored task: ``attempts,token,max_attempts,ttr_ms,enqueued_ms,due_ms,body``.
+    """One task as the scripts hand it over: ``attempts,token,max_attempts,ttr_ms,enqueued_ms,due_ms,body``.
 
-    ``max_attempts`` and ``ttr_ms`` are 0 when the task follows its topic's defaults.
+    Redis stores the header (the six numbers) and the body apart (docs/keys.md); the
+    scripts join them.  ``max_attempts`` and ``ttr_ms`` are 0 when the task follows its
+    topic's defaults.
     """
 
     attempts: int
@@ -154,3 +157,36 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task(topic={self.topic!r}, id={self.id!r}, attempt={self.attempt})"
+
+
+def stored_task_info(
+    topic: str,
+    task_id: str,
+    state: str,
+    raw: bytes | None,
+    error: str | None,
+    score: int,
+    lease: datetime | None,
+    dead_at: datetime | None,
+) -> TaskInfo:
+    """A :class:`TaskInfo` from what get.lua or dead_letters.lua returned.  An unreadable
+    envelope still gives an answer (state, score, error), never an exception."""
+    try:
+        envelope = Envelope.parse(raw or b"")
+    except ValueError:
+        return TaskInfo(
+            id=task_id, topic=topic, state=state, due_at=from_millis(score),
+            enqueued_at=from_millis(score), attempts=0, max_attempts=None, body=None,
+            last_error=error or "CorruptTask: stored envelope is unreadable",
+            lease_deadline=lease, dead_at=dead_at,
+        )  # fmt: skip
+    try:
+        body = pydantic_core.from_json(envelope.body)
+    except ValueError:
+        body = envelope.body.decode(errors="replace")
+    return TaskInfo(
+        id=task_id, topic=topic, state=state, due_at=from_millis(envelope.due_ms),
+        enqueued_at=from_millis(envelope.enqueued_ms), attempts=envelope.attempts,
+        max_attempts=envelope.max_attempts or None, body=body, last_error=error,
+        lease_deadline=lease, dead_at=dead_at,
+    )  # fmt: skip

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 from pydantic import TypeAdapter
 
 from delayq.backoff import Backoff
+from delayq.duration import Duration, to_millis
 from delayq.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from delayq.duration import Duration
     from delayq.queue import Queue
     from delayq.task import Task
 
@@ -30,6 +30,29 @@ class TopicOptions:
     ttr_ms: int = 30_000
     max_attempts: int = 5
     backoff: Backoff = field(default_factory=Backoff)
+
+
+MAX_ATTEMPTS_LIMIT = 1_000_000
+
+
+def check_max_attempts(value: object) -> int:
+    """Return ``value`` if it is a valid attempt limit, else raise :class:`InvalidInputError`."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidInputError(
+            f"max_attempts must be an int in [1, {MAX_ATTEMPTS_LIMIT}], got {value!r}"
+        )
+    return value
+
+
+def task_overrides(ttr: Duration | None, max_attempts: int | None) -> tuple[int, int]:
+    """Validate a task's own ttr and max_attempts; 0 stands for "the topic's default"."""
+    ttr_ms = 0 if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
+    attempts = 0 if max_attempts is None else check_max_attempts(max_attempts)
+    return ttr_ms, attempts
 
 
 def body_adapter(handler: Handler) -> tuple[TypeAdapter[Any], bool]:

@@ -16,11 +16,10 @@ import asyncio
 import contextlib
 import logging
 import signal
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from delayq.acker import Acker
-from delayq.cancel import raise_if_cancelling
+from delayq.cancel import cancel_all, cancelled_from_outside, first_of, raise_if_cancelling
 from delayq.checks import check_server
 from delayq.codec import decode_body
 from delayq.duration import Duration, to_millis, to_seconds
@@ -34,6 +33,7 @@ from delayq.errors import (
     Retry,
     UnsupportedRedisError,
 )
+from delayq.lease import Delivery, Slots, local_deadline
 from delayq.task import Envelope, Task, from_millis
 from delayq.wakeup import Wakeup
 
@@ -55,65 +55,15 @@ IDLE_RECHECK = 2.0
 """Longest sleep of an idle fetch loop.  Precision comes from due times and wake-ups; this
 only bounds the damage of a silently dead pub/sub connection."""
 MAX_ERROR_CHARS = 2000
-LEASE_MARGIN = 0.05
-"""Fraction of the TTR by which a handler's timeout precedes the lease's end in Redis."""
-MAX_LEASE_MARGIN_MS = 250
+MAX_LOGGED_IDS = 10
+SKIP_REASONS = {
+    "missing": "dropped: scheduled or leased, but the stored task is missing (a send whose "
+    "HSET failed, e.g. denied by an ACL, or a field deleted by hand); nothing to run",
+    "corrupt": "dead-lettered as CorruptTask: the stored envelope is unreadable",
+}
+"""What reserve.lua reports for entries it could not lease, as the worker logs them."""
 STOP_TIMEOUT = 1.0
 """After the grace period, how long cancelled handlers get to unwind before we move on."""
-
-
-def _cancelled_from_outside() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-def local_deadline(started: float, lease_ms: int) -> float:
-    """Loop time at which a handler is cancelled, for a lease of ``lease_ms`` requested at
-    loop time ``started``: a little before Redis ends the lease, so that the failure is
-    recorded (with backoff) before another worker's reserve can reclaim the task."""
-    margin_ms = min(lease_ms * LEASE_MARGIN, MAX_LEASE_MARGIN_MS)
-    return started + (lease_ms - margin_ms) / 1000
-
-
-@dataclass(slots=True, eq=False)
-class Delivery:
-    """A leased task held by this worker."""
-
-    topic: Topic[Any]
-    keys: TopicKeys
-    task_id: str
-    envelope: Envelope
-    deadline: float  # loop time at which the lease (and the handler's TTR) runs out
-    scope: asyncio.Timeout | None = field(default=None)
-
-
-class Slots:
-    """Counts free handler slots; a fetch loop takes as many as it can lease at once."""
-
-    def __init__(self, size: int) -> None:
-        self.free = size
-        self._changed = asyncio.Event()
-
-    async def take(self, most: int, stopping: asyncio.Event) -> int:
-        """Wait for at least one free slot and take up to ``most``; 0 when stopping."""
-        while self.free == 0 and not stopping.is_set():
-            self._changed.clear()
-            await self._changed.wait()
-        if stopping.is_set():
-            return 0
-        taken = min(self.free, most)
-        self.free -= taken
-        return taken
-
-    def give(self, count: int) -> None:
-        """Return ``count`` slots."""
-        if count:
-            self.free += count
-            self._changed.set()
-
-    def wake(self) -> None:
-        """Wake waiters without freeing anything (used to stop)."""
-        self._changed.set()
 
 
 class Worker:
@@ -201,7 +151,7 @@ class Worker:
                 await self._shutdown(fetchers, consumers, acker)
                 wakeup.cancel()
         finally:
-            stuck = await _cancel_all(consumers, within=STOP_TIMEOUT)
+            stuck = await cancel_all(consumers, within=STOP_TIMEOUT)
             if stuck:
                 # Their leases are released below and fenced: if they ever finish, their acks
                 # are refused and the redelivery stands.
@@ -251,7 +201,7 @@ class Worker:
             wake.clear()
             started = loop.time()
             try:
-                now_us, next_ms, items = await self.queue.scripts.reserve(
+                found = await self.queue.scripts.reserve_reporting(
                     keys, limit=wanted, reclaim=MAX_RECLAIM,
                     ttr_ms=topic.options.ttr_ms, max_attempts=topic.options.max_attempts,
                 )  # fmt: skip
@@ -263,10 +213,14 @@ class Worker:
                 await self._sleep(wake, pause)
                 continue
             failures = 0
+            if found.skipped:
+                log_skipped(topic.name, found.skipped)
+            items = found.items
             self._slots.give(wanted - len(items))
             for task_id, raw in items:
                 self._accept(topic, keys, task_id, raw, started)
             if len(items) < wanted:
+                next_ms, now_us = found.next_ms, found.now_us
                 pause = (next_ms * 1000 - now_us) / 1e6 if next_ms >= 0 else IDLE_RECHECK
                 if pause > 0:
                     await self._sleep(wake, min(pause, IDLE_RECHECK))
@@ -334,7 +288,7 @@ class Worker:
         except Retry as retry:
             await self._retry(d, retry)
         except asyncio.CancelledError as exc:
-            if _cancelled_from_outside():
+            if cancelled_from_outside():
                 raise
             # The handler raised CancelledError itself (e.g. from a cancelled inner task):
             # that is its failure, not ours to stop on.
@@ -420,9 +374,9 @@ class Worker:
         await self._release(waiting, "worker stopping before the task started")
         # 3. Running handlers get the grace period (a second signal ends it early).
         if self._running:
-            await _first_of(self._idle, self._grace_over, within=self.grace)
+            await first_of(self._idle, self._grace_over, within=self.grace)
         # 4. Cancel what still runs; its leases are released in run()'s finally.
-        await _cancel_all(consumers, within=STOP_TIMEOUT)
+        await cancel_all(consumers, within=STOP_TIMEOUT)
         self._acker.close()
         await acker
 
@@ -433,26 +387,12 @@ class Worker:
         await asyncio.gather(*(self._nack(d, "release", 0, "") for d in deliveries))
 
 
-async def _first_of(*events: asyncio.Event, within: float) -> None:
-    """Wait until any of ``events`` is set, or ``within`` seconds pass."""
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, timeout=within, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
-
-
-async def _cancel_all(tasks: list[asyncio.Task[None]], *, within: float) -> set[asyncio.Task[None]]:
-    """Cancel ``tasks`` and wait up to ``within`` seconds; return those still running.
-
-    The cancel is repeated because a library may swallow one (see ``raise_if_cancelling``).
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    pending = set(tasks)
-    while pending and loop.time() < deadline:
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=0.05)
-    return pending
+def log_skipped(topic: str, skipped: list[tuple[str, str]]) -> None:
+    """Warn about the entries a reserve dropped or buried, naming at most
+    :data:`MAX_LOGGED_IDS` ids per reason: they never reach a handler."""
+    for reason, what in SKIP_REASONS.items():
+        ids = [task_id for task_id, why in skipped if why == reason]
+        if ids:
+            shown = ", ".join(map(repr, ids[:MAX_LOGGED_IDS]))
+            more = f" and {len(ids) - MAX_LOGGED_IDS} more" if len(ids) > MAX_LOGGED_IDS else ""
+            log.warning("topic %r: %d task(s) %s: %s%s", topic, len(ids), what, shown, more)

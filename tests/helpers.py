@@ -76,3 +76,47 @@ async def expire_lease(redis: redis.asyncio.Redis, keys: TopicKeys, task_id: str
     """
     assert await redis.zscore(keys.reserved, task_id) is not None, f"{task_id!r} holds no lease"
     await redis.zadd(keys.reserved, {task_id: 1}, xx=True)
+
+
+async def task_fields(
+    redis: redis.asyncio.Redis, keys: TopicKeys, task_id: str
+) -> tuple[bytes | None, bytes | None]:
+    """The (header, body) stored for ``task_id`` in its bucket, None where missing."""
+    from delayq.keys import BODY_FIELD_SUFFIX
+
+    header, body = await redis.hmget(keys.bucket(task_id), [task_id, task_id + BODY_FIELD_SUFFIX])
+    return header, body
+
+
+async def overwrite_task(
+    redis: redis.asyncio.Redis, keys: TopicKeys, task_id: str, header: bytes, body: bytes | None
+) -> None:
+    """Replace a stored task's header and body by hand (``body=None`` deletes the body)."""
+    from delayq.keys import BODY_FIELD_SUFFIX
+
+    bucket = keys.bucket(task_id)
+    await redis.hset(bucket, task_id, header)
+    if body is None:
+        await redis.hdel(bucket, task_id + BODY_FIELD_SUFFIX)
+    else:
+        await redis.hset(bucket, task_id + BODY_FIELD_SUFFIX, body)
+
+
+async def schedule_entries(redis: redis.asyncio.Redis, keys: TopicKeys) -> dict[str, int]:
+    """Every scheduled id -> due ms, read slot by slot (independent of the scripts' lookup)."""
+    entries: dict[str, int] = {}
+    for number in await redis.zrange(keys.wheel, 0, -1):
+        for member, score in await redis.zrange(keys.slot(number), 0, -1, withscores=True):
+            task_id = member.decode() if isinstance(member, bytes) else member
+            assert task_id not in entries, f"{task_id!r} is scheduled twice"
+            entries[task_id] = int(score)
+    return entries
+
+
+async def stored_task_keys(redis: redis.asyncio.Redis, keys: TopicKeys) -> list[str]:
+    """The topic's task buckets and schedule slots that exist (empty ones do not)."""
+    found: list[str] = []
+    for pattern in (f"{keys.prefix}tasks:*", f"{keys.prefix}slot:*"):
+        async for key in redis.scan_iter(match=pattern, count=1000):
+            found.append(key.decode() if isinstance(key, bytes) else key)
+    return sorted(found)

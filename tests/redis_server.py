@@ -25,7 +25,11 @@ from urllib.parse import quote
 
 import redis
 
-__all__ = ["RedisServer", "RedisServerError", "free_port"]
+__all__ = ["PRIMARY_ARGS", "RedisServer", "RedisServerError", "free_port", "replica_of"]
+
+PRIMARY_ARGS = ["--repl-diskless-sync-delay", "0"]
+"""``extra_args`` for a primary that replicas sync from at once (Redis waits 5 s by default
+for more replicas to join a diskless sync)."""
 
 # Every live child, so an interpreter that exits without tearing its fixtures
 # down (Ctrl-C, a crash in a fixture) does not leave orphaned servers behind.
@@ -226,6 +230,25 @@ class RedisServer:
         """A new synchronous client for this server; the caller closes it."""
         return redis.Redis.from_url(self.url, **kwargs)
 
+    def wait_replica_link(self, primary: RedisServer, timeout: float = 10.0) -> None:
+        """Block until this replica finished its sync with ``primary`` and both ends see
+        the link up (the primary lists it ``online``), or raise."""
+        deadline = time.monotonic() + timeout
+        with self.client() as mine, primary.client() as theirs:
+            while time.monotonic() < deadline:
+                info = mine.info("replication")
+                listed = theirs.info("replication").get("slave0")
+                if (
+                    info.get("master_link_status") == "up"
+                    and not info.get("master_sync_in_progress")
+                    and isinstance(listed, dict)
+                    and listed.get("state") == "online"
+                    and int(listed.get("port", 0)) == self.port
+                ):
+                    return
+                time.sleep(0.02)
+        raise RedisServerError(f"replica did not sync within {timeout}s\n{self.log_tail()}")
+
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of the server's log (stdout and stderr)."""
         try:
@@ -252,3 +275,15 @@ class RedisServer:
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"<RedisServer 127.0.0.1:{self.port} {state} dir={self.dir}>"
+
+
+def replica_of(primary: RedisServer, **options: Any) -> RedisServer:
+    """A new (not started) server that replicates ``primary`` (``--replicaof`` on loopback).
+
+    Start it, then call :meth:`RedisServer.wait_replica_link` before relying on it.  Start
+    the primary with :data:`PRIMARY_ARGS` so that the sync starts without a 5 s delay.
+    """
+    extra = [*options.pop("extra_args", []), "--replicaof", "127.0.0.1", str(primary.port)]
+    if primary.password is not None:
+        extra += ["--masterauth", primary.password]
+    return RedisServer(extra_args=extra, **options)

@@ -45,7 +45,13 @@ from hypothesis.stateful import (
 
 from delayq import Queue, TaskInfo, TopicStats
 from delayq.task import Envelope
-from tests.helpers import DEFAULT_MAX_ATTEMPTS, LONG_TTR_MS, expire_lease, queue_keys
+from tests.helpers import (
+    DEFAULT_MAX_ATTEMPTS,
+    LONG_TTR_MS,
+    expire_lease,
+    queue_keys,
+    schedule_entries,
+)
 from tests.redis_server import RedisServer
 
 T = TypeVar("T")
@@ -117,10 +123,11 @@ class QueueMachine(RuleBasedStateMachine):
         seconds, micros = self.run(self.client.time())
         return int(seconds) * 1000 + int(micros) // 1000
 
-    def score(self, zset: str, task_id: str) -> int:
-        value = self.run(self.client.zscore(zset, task_id))
-        assert value is not None
-        return int(value)
+    def due(self, topic: str, task_id: str) -> int:
+        """The task's due time as its schedule slot holds it."""
+        entries = self.run(schedule_entries(self.client, self.queue.keys(topic)))
+        assert task_id in entries
+        return entries[task_id]
 
     def pick(self, data: st.DataObject, state: str | None = None) -> Key:
         """A key in ``state`` four times in five, else any key (possibly unknown)."""
@@ -182,7 +189,7 @@ class QueueMachine(RuleBasedStateMachine):
         if current is not None and current.state != "dead":
             return  # idempotent: the live task is untouched (the invariant checks it)
         task = ModelTask(body, max_attempts, None if ttr is None else ttr * 1000)
-        task.due = self.score(self.queue.keys(topic).schedule, task_id)
+        task.due = self.due(topic, task_id)
         assert before + delay * 1000 <= task.due <= after + delay * 1000
         self.tasks[key] = task
 
@@ -206,7 +213,7 @@ class QueueMachine(RuleBasedStateMachine):
         after = self.now()
         assert moved is (task is not None and task.state == "scheduled")
         if task is not None and moved:
-            task.due = self.score(self.queue.keys(key[0]).schedule, key[1])
+            task.due = self.due(*key)
             assert before + delay * 1000 <= task.due <= after + delay * 1000
             task.reclaimed = False
 
@@ -221,7 +228,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert replayed is (task is not None and task.state == "dead")
         if task is not None and replayed:
             task.state, task.attempts, task.last_error, task.reclaimed = "scheduled", 0, None, False
-            task.due = self.score(self.queue.keys(key[0]).schedule, key[1])
+            task.due = self.due(*key)
             assert before <= task.due <= after
 
     # -- consumer rules (the scripts a worker runs) -----------------------------------------
@@ -371,16 +378,19 @@ class QueueMachine(RuleBasedStateMachine):
         """Redis's clock, each known id's raw structures and ``get()``, and ``stats()``."""
         seconds, micros = await self.client.time()
         every = [(topic, task_id) for topic in TOPICS for task_id in IDS]
+        schedules = {t: await schedule_entries(self.client, self.queue.keys(t)) for t in TOPICS}
         async with self.client.pipeline(transaction=False) as pipe:
             for topic, task_id in every:
                 keys = self.queue.keys(topic)
-                pipe.zscore(keys.schedule, task_id)
                 pipe.zscore(keys.reserved, task_id)
                 pipe.zscore(keys.dead, task_id)
-                pipe.hexists(keys.tasks, task_id)
+                pipe.hexists(keys.bucket(task_id), task_id)
             flat: list[Any] = await pipe.execute()
         infos = await asyncio.gather(*(self.queue.get(*key) for key in every))
-        rows = {key: (flat[4 * n : 4 * n + 4], infos[n]) for n, key in enumerate(every)}
+        rows = {
+            key: ([schedules[key[0]].get(key[1]), *flat[3 * n : 3 * n + 3]], infos[n])
+            for n, key in enumerate(every)
+        }
         return int(seconds) * 1000 + int(micros) // 1000, rows, await self.queue.stats()
 
     @staticmethod

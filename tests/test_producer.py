@@ -8,6 +8,7 @@ timing is involved except in the one end-to-end test on a ``decode_responses`` c
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -18,7 +19,15 @@ from pydantic import BaseModel
 
 from delayq import Queue, Task, TopicStats
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import LONG_TTR_MS, queue_keys, redis_now_ms, reserve, stored
+from tests.helpers import (
+    LONG_TTR_MS,
+    queue_keys,
+    redis_now_ms,
+    reserve,
+    schedule_entries,
+    stored,
+    task_fields,
+)
 
 # Slack for comparing a due time with Redis's clock read by the test around the call.
 CLOCK_SLACK_MS = 250
@@ -197,7 +206,7 @@ async def test_generated_ids_are_unique(queue: Queue, redis_client: redis.asynci
     for _ in range(40):  # redis-py's async pool holds 100 connections at most
         ids += await asyncio.gather(*(queue.send("t", {"i": i}) for i in range(50)))
     assert len(set(ids)) == 2_000
-    assert await redis_client.hlen(queue.keys("t").tasks) == 2_000
+    assert len(await schedule_entries(redis_client, queue.keys("t"))) == 2_000
     assert await queue.stats() == {"t": TopicStats(delayed=0, ready=2_000, reserved=0, dead=0)}
 
 
@@ -306,9 +315,10 @@ async def test_get_returns_none_for_unknown_and_finished_tasks(queue: Queue) -> 
 async def assert_gone(queue: Queue, redis_client: redis.asyncio.Redis, task_id: str) -> None:
     keys = queue.keys("t")
     assert await queue.get("t", task_id) is None
-    for zset in (keys.schedule, keys.reserved, keys.dead):
+    assert task_id not in await schedule_entries(redis_client, keys)
+    for zset in (keys.reserved, keys.dead):
         assert await redis_client.zscore(zset, task_id) is None
-    assert await redis_client.hexists(keys.tasks, task_id) == 0
+    assert await task_fields(redis_client, keys, task_id) == (None, None)
     assert await redis_client.hexists(keys.errors, task_id) == 0
 
 
@@ -355,7 +365,7 @@ async def test_reschedule_moves_a_delayed_task(
     now = await redis_now_ms(redis_client)
     info = await stored(queue, "t", "x")
     assert abs(ms(info.due_at) - (now + 120_000)) <= CLOCK_SLACK_MS
-    assert await redis_client.zscore(queue.keys("t").schedule, "x") == ms(info.due_at)
+    assert (await schedule_entries(redis_client, queue.keys("t")))["x"] == ms(info.due_at)
 
     assert await queue.reschedule("t", "x", delay=0) is True
     info = await stored(queue, "t", "x")
@@ -503,7 +513,8 @@ async def test_queue_on_an_existing_client(
         assert info.body == {"a": 1}
     # The queue does not close a client it did not open.
     assert await redis_client.ping() is True
-    assert await redis_client.hexists(f"delayq:{{{queue_name}:t}}:tasks", task_id) == 1
+    bucket = hashlib.sha1(task_id.encode()).hexdigest()[:3]
+    assert await redis_client.hexists(f"delayq:{{{queue_name}:t}}:tasks:{bucket}", task_id) == 1
 
 
 async def test_from_url_passes_options_through(redis_url: str, queue_name: str) -> None:

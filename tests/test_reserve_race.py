@@ -57,14 +57,14 @@ async def reserve_each(racer: Queue, topics: list[str]) -> dict[str, str]:
         for topic in order:
             keys = racer.keys(topic)
             await script(
-                keys=[keys.schedule, keys.reserved, keys.tasks, keys.dead, keys.errors, keys.seq],
+                keys=[keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq],
                 args=[1, 1, LONG_TTR_MS, 3],
                 client=pipe,
             )
         replies: list[Any] = await pipe.execute()
-    # A reply is {now_us, next_ms, id, envelope, ...}: more than two entries is a lease.
+    # A reply is {now_us, next_ms, skipped, id, envelope, ...}: more than three entries is a lease.
     return {
-        topic: reply[2].decode()
+        topic: reply[3].decode()
         for topic, reply in zip(order, replies, strict=True)
-        if len(reply) > 2
+        if len(reply) > 3
     }

@@ -14,9 +14,20 @@ import pytest
 import redis.asyncio
 
 from delayq import Queue
+from delayq.keys import BODY_FIELD_SUFFIX
 from delayq.scripts import lua_source
 from delayq.task import Envelope
-from tests.helpers import LONG_TTR_MS, expire_lease, redis_now_ms, reserve, stored
+from tests.helpers import (
+    LONG_TTR_MS,
+    expire_lease,
+    overwrite_task,
+    redis_now_ms,
+    reserve,
+    schedule_entries,
+    stored,
+    stored_task_keys,
+    task_fields,
+)
 
 
 def ids(items: list[tuple[str, str, int]]) -> list[str]:
@@ -367,7 +378,7 @@ async def test_ack_batch_with_valid_and_stale_tokens(
     assert await queue.scripts.ack(keys, [("b", b_fresh)]) == [True]
     assert await queue.scripts.ack(keys, []) == []
     # An ack removes the task and its error record; nothing of it is left behind.
-    assert await redis_client.hlen(keys.tasks) == 0
+    assert await stored_task_keys(redis_client, keys) == []
     assert await redis_client.hlen(keys.errors) == 0
     assert await redis_client.zcard(keys.reserved) == 0
 
@@ -447,9 +458,8 @@ async def test_a_corrupt_envelope_is_dead_lettered(
     queue: Queue, redis_client: redis.asyncio.Redis
 ) -> None:
     keys = queue.keys("t")
-    now = await redis_now_ms(redis_client)
-    await redis_client.hset(keys.tasks, "bad", "not,an,envelope")
-    await redis_client.zadd(keys.schedule, {"bad": now - 1})
+    await queue.send("t", {}, task_id="bad")
+    await overwrite_task(redis_client, keys, "bad", b"not,an,envelope", None)
     await queue.send("t", {}, task_id="good")
 
     _, _, items = await reserve(queue, "t")
@@ -463,14 +473,14 @@ async def test_a_corrupt_envelope_is_dead_lettered(
     # It cannot be replayed (there is nothing to run), so replay drops it.
     assert await queue.replay("t", "bad") is False
     assert await queue.get("t", "bad") is None
-    assert await redis_client.hexists(keys.tasks, "bad") == 0
+    assert await task_fields(redis_client, keys, "bad") == (None, None)
 
 
 async def test_a_corrupt_envelope_under_an_expired_lease_is_dead_lettered(
     queue: Queue, redis_client: redis.asyncio.Redis
 ) -> None:
     keys = queue.keys("t")
-    await redis_client.hset(keys.tasks, "bad", "garbage")
+    await overwrite_task(redis_client, keys, "bad", b"garbage", None)
     await redis_client.zadd(keys.reserved, {"bad": 1})
     assert (await reserve(queue, "t"))[2] == []
     info = await stored(queue, "t", "bad")
@@ -485,16 +495,43 @@ async def test_orphan_members_without_a_task_are_dropped(
     queue: Queue, redis_client: redis.asyncio.Redis
 ) -> None:
     keys = queue.keys("t")
-    now = await redis_now_ms(redis_client)
-    await redis_client.zadd(keys.schedule, {"ghost": now - 1})
+    await queue.send("t", {}, task_id="ghost")
+    await redis_client.delete(keys.bucket("ghost"))  # the schedule entry stays behind
     await redis_client.zadd(keys.reserved, {"phantom": 1})
     assert await queue.get("t", "ghost") is None
 
     _, wake, items = await reserve(queue, "t")
     assert (wake, items) == (-1, [])
-    assert await redis_client.zscore(keys.schedule, "ghost") is None
+    assert await schedule_entries(redis_client, keys) == {}
     assert await redis_client.zscore(keys.reserved, "phantom") is None
     assert await redis_client.zcard(keys.dead) == 0
+
+
+async def test_reserve_reports_what_it_dropped_or_buried(
+    queue: Queue, redis_client: redis.asyncio.Redis
+) -> None:
+    """The reply's third element lists (id, reason) of entries that reach no handler, so
+    the worker can log them; reclaimed leases come first, then due tasks in due order."""
+    keys = queue.keys("t")
+    await redis_client.zadd(keys.reserved, {"phantom": 1, "lease-bad": 2})
+    await redis_client.hset(keys.bucket("lease-bad"), "lease-bad", "garbage")
+    for task_id in ("ghost", "bad", "good"):  # due in this order
+        await queue.send("t", {}, task_id=task_id)
+        await asyncio.sleep(0.003)
+    await redis_client.hdel(keys.bucket("ghost"), "ghost", "ghost" + BODY_FIELD_SUFFIX)
+    await overwrite_task(redis_client, keys, "bad", b"1,2,3", b"{}")
+
+    found = await queue.scripts.reserve_reporting(
+        keys, limit=10, reclaim=10, ttr_ms=LONG_TTR_MS, max_attempts=3
+    )
+    assert [task_id for task_id, _ in found.items] == ["good"]
+    assert found.skipped == [
+        ("phantom", "missing"), ("lease-bad", "corrupt"), ("ghost", "missing"), ("bad", "corrupt"),
+    ]  # fmt: skip
+    again = await queue.scripts.reserve_reporting(
+        keys, limit=10, reclaim=10, ttr_ms=LONG_TTR_MS, max_attempts=3
+    )
+    assert (again.items, again.skipped) == ([], [])  # each is reported once
 
 
 async def test_tokens_stay_integers_on_a_long_lived_topic(

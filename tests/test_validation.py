@@ -25,7 +25,8 @@ from delayq import (
     InvalidNameError,
     Queue,
 )
-from tests.helpers import queue_keys, redis_now_ms, stored
+from delayq.duration import MAX_SECONDS
+from tests.helpers import queue_keys, redis_now_ms, stored, task_fields
 
 BAD_DELAYS: list[Any] = [
     -1,
@@ -39,8 +40,10 @@ BAD_DELAYS: list[Any] = [
     "5",
     None,
     [1],
+    MAX_SECONDS + 1,
+    timedelta(days=365 * 101),
 ]
-BAD_TTRS: list[Any] = [0, 0.0, -1, timedelta(0), math.nan, math.inf, True, "1", [1]]
+BAD_TTRS: list[Any] = [0, 0.0, -1, timedelta(0), math.nan, math.inf, True, "1", [1], 1e12]
 BAD_TOPICS: list[Any] = [
     "",
     "a" * 201,
@@ -113,6 +116,20 @@ async def test_bad_delay_is_rejected(
     queue: Queue, redis_client: redis.asyncio.Redis, queue_name: str, delay: Any
 ) -> None:
     await rejected(queue.send_delayed("t", {"n": 1}, delay=delay), InvalidDurationError)
+    await assert_nothing_written(redis_client, queue_name)
+
+
+async def test_the_longest_delay_is_stored_and_readable(queue: Queue) -> None:
+    task_id = await queue.send_delayed("t", {"n": 1}, delay=MAX_SECONDS)
+    info = await stored(queue, "t", task_id)
+    assert info.due_at.year >= datetime.now(UTC).year + 99
+
+
+async def test_at_from_the_year_9999_on_is_rejected(
+    queue: Queue, redis_client: redis.asyncio.Redis, queue_name: str
+) -> None:
+    at = datetime(9999, 1, 1, tzinfo=UTC)
+    await rejected(queue.send_at("t", {}, at=at), InvalidDurationError, match="9999")
     await assert_nothing_written(redis_client, queue_name)
 
 
@@ -307,6 +324,17 @@ async def test_body_that_is_not_json_serialisable_is_rejected(
     assert "'jobs'" in str(error)
     assert "JSON" in str(error)
     await assert_nothing_written(redis_client, queue_name)
+
+
+async def test_non_finite_floats_are_stored_as_json_null(
+    queue: Queue, redis_client: redis.asyncio.Redis
+) -> None:
+    task_id = await queue.send("jobs", {"a": math.nan, "b": [math.inf, -math.inf], "c": 1.5})
+    info = await stored(queue, "jobs", task_id)
+    assert info.body == {"a": None, "b": [None, None], "c": 1.5}
+    _header, raw = await task_fields(redis_client, queue.keys("jobs"), task_id)
+    assert raw is not None
+    assert b"NaN" not in raw and b"Infinity" not in raw
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,9 @@
 -- _envelope.lua: helpers inlined by the loader into every script that reads a task.
--- A stored task (field of the `tasks` hash) is one string:
---   "<attempts>,<token>,<max_attempts>,<ttr_ms>,<enqueued_ms>,<due_ms>,<body JSON>"
+-- A task's header (see _layout.lua for where it is stored) is one string:
+--   "<attempts>,<token>,<max_attempts>,<ttr_ms>,<enqueued_ms>,<due_ms>"
 -- max_attempts and ttr_ms are 0 when the task uses its topic's defaults; the caller then
--- passes the consuming worker's defaults in ARGV.  Keeping the header numeric and in
--- front means a script rewrites attempts/token/due without ever decoding the body.
+-- passes the consuming worker's defaults in ARGV.  The body is stored apart, so a script
+-- rewrites attempts/token/due without ever reading or decoding the body.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -11,23 +11,23 @@ local function now_ms()
 end
 
 -- Returns a table of the header fields, or nil for an unreadable string.
-local function parse_envelope(raw)
-  local attempts, token, max_attempts, ttr, enqueued, due, body_at =
-    string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),()')
+local function parse_header(raw)
+  local attempts, token, max_attempts, ttr, enqueued, due =
+    string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
   if not attempts then
     return nil
   end
   return {
     attempts = tonumber(attempts), token = token, max_attempts = tonumber(max_attempts),
-    ttr = tonumber(ttr), enqueued = enqueued, due = due, body_at = body_at,
+    ttr = tonumber(ttr), enqueued = enqueued, due = tonumber(due),
   }
 end
 
 -- string.format('%d') and not tostring: Lua prints numbers with %.14g, which turns a token
 -- of 10^14 into '1e+14'.
-local function format_envelope(e, raw)
-  return string.format('%d,%d,%d,%d,%s,%d,', e.attempts, e.token, e.max_attempts, e.ttr,
-    e.enqueued, e.due) .. string.sub(raw, e.body_at)
+local function format_header(e)
+  return string.format('%d,%d,%d,%d,%s,%d', e.attempts, e.token, e.max_attempts, e.ttr,
+    e.enqueued, e.due)
 end
 
 -- Scripts check key types before their first write: Redis does not roll a script back
@@ -44,9 +44,10 @@ local function check_types(kinds)
 end
 
 -- Publish a wake-up only when `due` becomes the earliest moment a worker must act on, so a
--- busy topic costs no PUBLISH per task.  `head` is the schedule's first entry before the write.
+-- busy topic costs no PUBLISH per task.  `head` is the earliest due time before the write
+-- (nil when nothing was scheduled).
 local function wake_if_earliest(channel, head, due)
-  if head[2] == nil or due < tonumber(head[2]) then
+  if head == nil or due < head then
     redis.call('PUBLISH', channel, due)
   end
 end

@@ -1,22 +1,25 @@
 #!lua flags=no-writes
 -- get.lua: look a task up by id.
--- KEYS[1] schedule (ZSET)  KEYS[2] reserved (ZSET)  KEYS[3] dead (ZSET)  KEYS[4] tasks (HASH)  KEYS[5] errors (HASH)
+-- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
+-- KEYS[2] wheel (ZSET)  KEYS[3] reserved (ZSET)  KEYS[4] dead (ZSET)  KEYS[5] errors (HASH)
 -- ARGV[1] id
 -- Returns: nil when unknown | {state, envelope, last_error or false, now_ms, score}
 --   state is 'delayed', 'ready', 'reserved' or 'dead'; score is the due time, lease deadline
 --   or time of death, matching the state.
 --@include _envelope
-local schedule, reserved, dead, tasks, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+--@include _layout
+local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id = ARGV[1]
-local raw = redis.call('HGET', tasks, id)
+local raw, body = read_task(prefix, id)
 if not raw then
   return nil
 end
 local now = now_ms()
+local e = parse_header(raw)
 local state, score
-score = redis.call('ZSCORE', schedule, id)
-if score then
-  state = tonumber(score) <= now and 'ready' or 'delayed'
+if e and slot_of(prefix, wheel, id, e.due) then
+  score = e.due
+  state = score <= now and 'ready' or 'delayed'
 else
   score = redis.call('ZSCORE', reserved, id)
   if score then
@@ -29,4 +32,4 @@ else
     state = 'dead'
   end
 end
-return { state, raw, redis.call('HGET', errors, id), now, score }
+return { state, joined(raw, body), redis.call('HGET', errors, id), now, score }

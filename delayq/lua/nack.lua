@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
 -- nack.lua: end a lease without success: retry later, dead-letter, or release untouched.
--- KEYS[1] schedule (ZSET)  KEYS[2] reserved (ZSET)  KEYS[3] tasks (HASH)  KEYS[4] dead (ZSET)  KEYS[5] errors (HASH)
+-- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
+-- KEYS[2] wheel (ZSET)  KEYS[3] reserved (ZSET)  KEYS[4] dead (ZSET)  KEYS[5] errors (HASH)
 -- ARGV[1] id   ARGV[2] lease token
 -- ARGV[3] mode: 'retry' (failed attempt; dead once attempts reach the limit), 'dead' (no more
 --         attempts, e.g. a body that no longer validates) or 'release' (the attempt never ran:
@@ -11,27 +12,28 @@
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
-local schedule, reserved, tasks, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+--@include _layout
+local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, token, mode = ARGV[1], ARGV[2], ARGV[3]
 local delay, err, default_max, channel = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 
-local bad = check_types({ [schedule] = 'zset', [reserved] = 'zset', [tasks] = 'hash',
-  [dead] = 'zset', [errors] = 'hash' })
+local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
+  [errors] = 'hash', [slot_counter(prefix)] = 'string' })
 if bad then
   return bad
 end
-local raw = redis.call('HGET', tasks, id)
-local e = raw and parse_envelope(raw)
-if not e or e.token ~= token or redis.call('ZREM', reserved, id) == 0 then
+local raw = read_header(prefix, id)
+local e = raw and parse_header(raw)
+if not e or e.token ~= token or not redis.call('ZSCORE', reserved, id) then
   return { 0 }
 end
 local now = now_ms()
-if err ~= '' then
-  redis.call('HSET', errors, id, err)
-end
-
 local limit = e.max_attempts > 0 and e.max_attempts or default_max
 if mode == 'dead' or (mode == 'retry' and e.attempts >= limit) then
+  redis.call('ZREM', reserved, id)
+  if err ~= '' then
+    redis.call('HSET', errors, id, err)
+  end
   redis.call('ZADD', dead, now, id)
   return { 2, now }
 end
@@ -41,9 +43,13 @@ if mode == 'release' then
   e.attempts = math.max(e.attempts - 1, 0)
   due = now
 end
+local head = schedule_head(prefix, wheel)
+schedule_add(prefix, wheel, { due, id })
+redis.call('ZREM', reserved, id)
+if err ~= '' then
+  redis.call('HSET', errors, id, err)
+end
 e.due = due
-local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
-redis.call('HSET', tasks, id, format_envelope(e, raw))
-redis.call('ZADD', schedule, due, id)
+redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
 wake_if_earliest(channel, head, due)
 return { 1, due }

@@ -1,32 +1,37 @@
 #!lua flags=allow-oom
 -- replay.lua: move a dead-lettered task back to the schedule, due now, attempts reset.
--- KEYS[1] schedule (ZSET)  KEYS[2] tasks (HASH)  KEYS[3] dead (ZSET)  KEYS[4] errors (HASH)
+-- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
+-- KEYS[2] wheel (ZSET)  KEYS[3] dead (ZSET)  KEYS[4] errors (HASH)
 -- ARGV[1] id   ARGV[2] wake channel
 -- Returns: 1 replayed | 0 not dead
 --@include _envelope
-local schedule, tasks, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+--@include _layout
+local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, channel = ARGV[1], ARGV[2]
-local bad = check_types({ [schedule] = 'zset', [tasks] = 'hash', [dead] = 'zset', [errors] = 'hash' })
+local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
+  [slot_counter(prefix)] = 'string' })
 if bad then
   return bad
 end
-if redis.call('ZREM', dead, id) == 0 then
+local raw, body = read_task(prefix, id)
+if not redis.call('ZSCORE', dead, id) then
   return 0
 end
-local raw = redis.call('HGET', tasks, id)
-local e = raw and parse_envelope(raw)
-if not e then
+local e = raw and parse_header(raw)
+if not e or not body then
   -- Nothing runnable to replay: a corrupt letter is dropped rather than re-buried forever.
-  redis.call('HDEL', tasks, id)
+  redis.call('ZREM', dead, id)
+  delete_task(prefix, id)
   redis.call('HDEL', errors, id)
   return 0
 end
 local now = now_ms()
+local head = schedule_head(prefix, wheel)
+schedule_add(prefix, wheel, { now, id })
+redis.call('ZREM', dead, id)
 e.attempts = 0
 e.due = now
-redis.call('HSET', tasks, id, format_envelope(e, raw))
+redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
 redis.call('HDEL', errors, id)
-local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
-redis.call('ZADD', schedule, now, id)
 wake_if_earliest(channel, head, now)
 return 1

@@ -1,14 +1,23 @@
 #!lua flags=allow-oom
 -- reschedule.lua: move a delayed or ready task to a new due time.
--- KEYS[1] schedule (ZSET id -> due ms)   KEYS[2] tasks (HASH)
+-- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
+-- KEYS[2] wheel (ZSET)
 -- ARGV[1] id   ARGV[2] 'd' delay ms | 'a' absolute Unix ms   ARGV[3] value
 -- ARGV[4] tolerance ms for an absolute time in the past   ARGV[5] wake channel
 -- Returns: {1, due_ms} moved | {0} not delayed/ready | {-1, now_ms} time too far in the past
 --@include _envelope
-local schedule, tasks = KEYS[1], KEYS[2]
+--@include _layout
+local prefix, wheel = KEYS[1], KEYS[2]
 local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local tolerance, channel = tonumber(ARGV[4]), ARGV[5]
-if not redis.call('ZSCORE', schedule, id) then
+local bad = check_types({ [wheel] = 'zset', [slot_counter(prefix)] = 'string' })
+if bad then
+  return bad
+end
+local raw = read_header(prefix, id)
+local e = raw and parse_header(raw)
+local slot = e and slot_of(prefix, wheel, id, e.due)
+if not slot then
   return { 0 }
 end
 local now = now_ms()
@@ -19,13 +28,15 @@ if mode == 'a' then
   end
   due = math.max(value, now)
 end
-local raw = redis.call('HGET', tasks, id)
-local e = raw and parse_envelope(raw)
-if e then
-  e.due = due
-  redis.call('HSET', tasks, id, format_envelope(e, raw))
+bad = check_slots(prefix, wheel, due, due)
+if bad then
+  return bad
 end
-local head = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
-redis.call('ZADD', schedule, due, id)
+local head = schedule_head(prefix, wheel)
+redis.call('ZREM', slot_key(prefix, slot), id)
+forget_if_empty(prefix, wheel, slot)
+e.due = due
+redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
+schedule_add(prefix, wheel, { due, id })
 wake_if_earliest(channel, head, due)
 return { 1, due }

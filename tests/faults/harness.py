@@ -260,20 +260,35 @@ def task_ids(prefix: str, count: int) -> list[str]:
 
 
 _SNAPSHOT = """#!lua flags=no-writes
-return { redis.call('ZRANGE', KEYS[1], 0, -1), redis.call('ZRANGE', KEYS[2], 0, -1),
-         redis.call('ZRANGE', KEYS[3], 0, -1), redis.call('HKEYS', KEYS[4]) }
+local prefix = KEYS[1]
+local schedule, tasks = {}, {}
+for _, n in ipairs(redis.call('ZRANGE', prefix .. 'wheel', 0, -1)) do
+  for _, id in ipairs(redis.call('ZRANGE', prefix .. 'slot:' .. n, 0, -1)) do
+    schedule[#schedule + 1] = id
+  end
+end
+for _, bucket in ipairs(redis.call('KEYS', prefix .. 'tasks:*')) do
+  for _, field in ipairs(redis.call('HKEYS', bucket)) do
+    if string.sub(field, -1) ~= '\\0' then
+      tasks[#tasks + 1] = field
+    end
+  end
+end
+return { schedule, redis.call('ZRANGE', prefix .. 'reserved', 0, -1),
+         redis.call('ZRANGE', prefix .. 'dead', 0, -1), tasks }
 """
 
 
 def consistency_problems(client: redis.Redis, queue_name: str, topics: Iterable[str]) -> list[str]:
-    """Invariants of the stored state: each task in exactly one of schedule / reserved / dead,
-    and no index entry without its task.  Returns a description of each violation."""
+    """Invariants of the stored state: each task in exactly one of schedule / reserved / dead
+    (and in one schedule slot), and no index entry without its task.  Returns a description
+    of each violation."""
     problems = []
     for topic in topics:
-        base = f"delayq:{{{queue_name}:{topic}}}:"
         # One atomic read-only script: a consistent snapshot, allowed even when Redis is full.
-        replies = client.eval(_SNAPSHOT, 4, *(base + n for n in ("schedule", "reserved", "dead",
-                                                                 "tasks")))  # fmt: skip
+        replies = client.eval(_SNAPSHOT, 1, f"delayq:{{{queue_name}:{topic}}}:")
+        if len(replies[0]) != len(set(replies[0])):
+            problems.append(f"{topic}: a task is in two schedule slots")
         schedule, reserved, dead, tasks = (set(reply) for reply in replies)
         for task_id in tasks:
             homes = (task_id in schedule) + (task_id in reserved) + (task_id in dead)

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from delayq import Queue
+from delayq.keys import BODY_FIELD_SUFFIX
+from delayq.scripts import lua_source
 from tests.faults.apps.plan import OTHER_TOPIC, TYPED_TOPIC, WORK_TOPIC, install
 from tests.faults.checker import assert_no_loss, check, read_log
 from tests.faults.harness import Producer, consistency_problems, wait_until
@@ -30,13 +32,24 @@ def _envelope(body: bytes, attempts: int = 0, ms: int = 0) -> bytes:
 
 
 def _plant(admin, queue: Queue, topic: str, task_id: str, stored: bytes | None) -> None:
-    """Write a task by hand: due now, with ``stored`` as its envelope (None = no envelope)."""
+    """Write a task by hand: due now, with ``stored`` as its envelope (None = no envelope).
+
+    send.lua schedules it (the slot layout is the scripts' business); then its stored
+    header and body are replaced by the two parts of ``stored`` (a string without six
+    commas is all header, with no body), in one MULTI so that no worker sees it between."""
     keys = queue.keys(topic)
-    seconds, micros = admin.time()
-    now_ms = seconds * 1000 + micros // 1000
-    if stored is not None:
-        admin.hset(keys.tasks, task_id, stored)
-    admin.zadd(keys.schedule, {task_id: now_ms})
+    bucket = keys.bucket(task_id)
+    with admin.pipeline(transaction=True) as pipe:
+        pipe.eval(lua_source("send"), 4, keys.prefix, keys.wheel, keys.dead, keys.errors,
+                  task_id, "d", 0, 0, 0, b"{}", 0, keys.wake)  # fmt: skip
+        pipe.hdel(bucket, task_id, task_id + BODY_FIELD_SUFFIX)
+        if stored is not None:
+            parts = stored.split(b",", 6)
+            header, body = (b",".join(parts[:6]), parts[6]) if len(parts) == 7 else (stored, None)
+            pipe.hset(bucket, task_id, header)
+            if body is not None:
+                pipe.hset(bucket, task_id + BODY_FIELD_SUFFIX, body)
+        pipe.execute()
     admin.sadd(f"delayq:{{{queue.name}}}:topics", topic)
 
 
@@ -97,11 +110,63 @@ async def test_10_poisoned_tasks(
     assert "dead-letter" in worker.output()  # body errors are logged with their reason
 
 
+async def test_10_dropped_and_buried_entries_are_logged_with_their_ids(
+    make_redis_server, make_queue, start_worker, log_dir, caplog
+) -> None:
+    """reserve.lua drops an entry whose envelope is missing and buries an unreadable one;
+    neither reaches a handler, so the worker must say so, naming (a bounded list of) ids."""
+    server = make_redis_server()
+    queue = make_queue(server.url)
+    install(queue, log_dir, ttr=1.0)
+    keys = queue.keys(WORK_TOPIC)
+    admin = server.client()
+    missing = [f"gone-{i:02}" for i in range(12)]
+    for task_id in missing:
+        _plant(admin, queue, WORK_TOPIC, task_id, None)
+    admin.zadd(keys.reserved, {"gone-lease": 1})  # an expired lease without its task
+    _plant(admin, queue, WORK_TOPIC, "corrupt-a", b"1,2,3")
+    _plant(admin, queue, WORK_TOPIC, "corrupt-b", pickle.dumps(object))
+    await queue.send(WORK_TOPIC, {}, task_id="good")
+
+    caplog.set_level(logging.WARNING, logger="delayq")
+    await start_worker(queue, concurrency=20)  # one reserve call sees every entry
+    await wait_until(lambda: "good" in _done(log_dir), 5, "the good task delivered")
+    await wait_until(lambda: "CorruptTask" in caplog.text, 5, "the corrupt tasks logged")
+    admin.close()
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    dropped = [m for m in warnings if "stored task is missing" in m]
+    buried = [m for m in warnings if "CorruptTask" in m]
+    assert len(dropped) == 1 and len(buried) == 1, warnings
+    assert "13 task(s) dropped" in dropped[0]
+    assert dropped[0].endswith("and 3 more")  # at most 10 ids per message
+    assert dropped[0].count("'gone-") == 10
+    assert "'corrupt-a', 'corrupt-b'" in buried[0] and "2 task(s)" in buried[0]
+    for task_id in ("corrupt-a", "corrupt-b"):
+        info = await queue.get(WORK_TOPIC, task_id)
+        assert info is not None and info.state == "dead"
+    assert await queue.get(WORK_TOPIC, "gone-00") is None
+
+
 # Regressions: with `dead`, `errors` or `seq` of the wrong type, reserve.lua removed ids from
 # schedule/reserved and then failed on that key; Redis does not roll a script back, so those
 # tasks were orphaned (lost).  With `topics` of the wrong type, a worker could not start and
-# a producer could not send (the set only feeds stats()).
-WRONG_TYPE_KEYS = ["schedule", "reserved", "dead", "tasks", "errors", "seq", "topics"]
+# a producer could not send (the set only feeds stats()).  `slot` is the schedule slot that
+# holds the victims, `bucket` the task bucket of the last victim, `slots` the slot counter.
+WRONG_TYPE_KEYS = ["wheel", "slot", "reserved", "dead", "bucket", "errors", "seq", "slots",
+                   "topics"]  # fmt: skip
+
+
+def _victim_key(admin, queue: Queue, key: str, victims: list[str]) -> str:
+    keys = queue.keys(WORK_TOPIC)
+    named = {
+        "topics": f"delayq:{{{queue.name}}}:topics",
+        "bucket": keys.bucket(victims[-1]),
+        "slots": keys.prefix + "slots",
+    }
+    if key == "slot":
+        return keys.slot(admin.zrange(keys.wheel, 0, 0)[0])
+    return named.get(key) or getattr(keys, key)
 
 
 @pytest.mark.parametrize("key", WRONG_TYPE_KEYS)
@@ -112,7 +177,6 @@ async def test_10_key_of_the_wrong_type(
     queue = make_queue(server.url)
     install(queue, log_dir, ttr=1.0)
     keys = queue.keys(WORK_TOPIC)
-    victim_key = f"delayq:{{{queue.name}}}:topics" if key == "topics" else getattr(keys, key)
     producer = Producer(queue)
     victims = [f"victim-{i}" for i in range(5)]
     for task_id in victims:
@@ -122,9 +186,13 @@ async def test_10_key_of_the_wrong_type(
     admin = server.client()
     _plant(admin, queue, WORK_TOPIC, "corrupt", b"1,2,3")  # must be buried
     await asyncio.sleep(0.01)
+    victim_key = _victim_key(admin, queue, key, victims)
 
     admin.delete(victim_key)
-    admin.set(victim_key, "not the right type") if key != "seq" else admin.hset(victim_key, "a", 1)
+    if key in ("seq", "slots"):  # a string counter: garbage of another type
+        admin.hset(victim_key, "a", 1)
+    else:
+        admin.set(victim_key, "not the right type")
     caplog.set_level(logging.WARNING, logger="delayq")
     worker = await start_worker(queue, concurrency=4)
     others = [f"other-{i}" for i in range(5)]
@@ -136,8 +204,10 @@ async def test_10_key_of_the_wrong_type(
 
     admin.delete(victim_key)  # repaired by an operator
     # Garbage that replaced a key destroyed what the key held: those tasks are gone by hand.
-    if key in ("schedule", "tasks"):
+    if key in ("wheel", "slot"):
         victims = []
+    elif key == "bucket":
+        victims = [v for v in victims if keys.bucket(v) != victim_key]
     elif key == "reserved":
         victims = victims[2:]  # the two leased ones were only referenced from `reserved`
     await producer.send("after-repair")

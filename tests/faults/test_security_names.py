@@ -56,8 +56,8 @@ def test_keys_stay_in_their_namespace_and_slot(queue, topic, other_queue, other_
     keys = _keys_or_none(queue, topic)
     if keys is None:
         return
-    built = [keys.schedule, keys.reserved, keys.dead, keys.tasks, keys.errors, keys.seq,
-             keys.wake]  # fmt: skip
+    built = [keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq,
+             keys.wake, keys.bucket("an id"), keys.slot("0000000000000001")]  # fmt: skip
     for key in built:
         assert key.startswith("delayq:{")
         assert _tag(key) == f"{queue}:{topic}"
@@ -65,8 +65,8 @@ def test_keys_stay_in_their_namespace_and_slot(queue, topic, other_queue, other_
     assert _tag(topics_key(queue)) == queue
     other = _keys_or_none(other_queue, other_topic)
     if other is not None and (other_queue, other_topic) != (queue, topic):
-        assert _tag(other.schedule) != _tag(keys.schedule)
-        assert not set(built) & {other.schedule, other.tasks, other.reserved, other.dead}
+        assert _tag(other.wheel) != _tag(keys.wheel)
+        assert not set(built) & {other.wheel, other.bucket("an id"), other.reserved, other.dead}
 
 
 @pytest.mark.parametrize("bad", ["a{b", "a}b", "a b", "a\nb", "a\x00b", "", "x" * 201])
@@ -98,9 +98,11 @@ async def _round_trip(server: RedisServer, task_id: str) -> None:
         info = await queue.get("t", task_id)
         assert info is not None and info.id == task_id and info.body == {"id": task_id}
         keys = queue.keys("t")
-        allowed = {keys.schedule, keys.tasks, topics_key("fuzzids")}
+        allowed = {keys.wheel, keys.bucket(task_id), keys.prefix + "slots", topics_key("fuzzids")}
         present = {k.decode() async for k in queue.redis.scan_iter("*")}
-        assert present <= allowed, present - allowed
+        slots = {k for k in present if k.startswith(keys.prefix + "slot:")}
+        assert present - slots <= allowed, present - slots - allowed
+        assert len(slots) == 1
         assert await queue.cancel("t", task_id)
     finally:
         await queue.close()

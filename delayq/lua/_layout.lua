@@ -1,0 +1,303 @@
+-- _layout.lua: where a task lives, inlined by the loader into every script that touches tasks.
+-- Small keys keep Redis's compact listpack encoding (hash/zset-max-listpack-entries 128,
+-- -value 64 by default), which costs a quarter of a hashtable or skiplist per entry:
+--   <prefix>tasks:<b>   HASH, b = first 3 hex digits of sha1(id) (4,096 buckets):
+--                       field <id> -> header "attempts,token,max,ttr,enqueued,due",
+--                       field <id>\0 -> body JSON (apart, so a small body stays under 64 bytes)
+--   <prefix>slot:<n>    ZSET id -> due ms, at most SLOT_MAX entries (the schedule, cut in slots)
+--   <prefix>wheel       ZSET n -> the slot's lower bound ms (every entry of the slot is >= it)
+--   <prefix>slots       STRING counter that numbers new slots
+-- These names are built here from the prefix passed in KEYS (it carries the topic's hash tag),
+-- so a script touches one Cluster slot although not every key it touches is in KEYS.
+-- Slots stay in due order: walking the wheel from the front visits every entry in due order.
+-- A new entry goes to the last slot whose bound is <= its due time; a full slot is split.
+
+local SLOT_MAX = 128
+
+-- Remembered for the rest of the call: most scripts read and then write each task.
+local buckets = {}
+
+local function bucket_of(prefix, id)
+  local bucket = buckets[id]
+  if not bucket then
+    bucket = prefix .. 'tasks:' .. string.sub(redis.sha1hex(id), 1, 3)
+    buckets[id] = bucket
+  end
+  return bucket
+end
+
+local function body_field(id)
+  return id .. '\0'
+end
+
+-- Returns header, body (false when missing).
+local function read_task(prefix, id)
+  local got = redis.call('HMGET', bucket_of(prefix, id), id, body_field(id))
+  return got[1], got[2]
+end
+
+local function read_header(prefix, id)
+  return redis.call('HGET', bucket_of(prefix, id), id)
+end
+
+local function delete_task(prefix, id)
+  redis.call('HDEL', bucket_of(prefix, id), id, body_field(id))
+end
+
+-- What scripts hand back: the header and body joined, "attempts,token,max,ttr,enqueued,due,body".
+local function joined(header, body)
+  if body then
+    return header .. ',' .. body
+  end
+  return header
+end
+
+local function slot_key(prefix, n)
+  return prefix .. 'slot:' .. n
+end
+
+-- Slot names are zero-padded so that, among slots with the same bound, the wheel's
+-- lexicographic tie order is their creation order (a split's new slot comes after).
+local function slot_counter(prefix)
+  return prefix .. 'slots'
+end
+
+local function new_slot(prefix, wheel, bound)
+  local n = string.format('%016d', redis.call('INCRBY', slot_counter(prefix), 1))
+  redis.call('ZADD', wheel, bound, n)
+  return n
+end
+
+-- The last slot whose bound is <= due, and that bound (nil when due precedes every slot).
+local function slot_at(wheel, due)
+  local hit = redis.call('ZRANGE', wheel, due, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+  return hit[1], tonumber(hit[2])
+end
+
+-- A script checks the slots it may write (the first two, the one `lo` falls in and those
+-- up to `hi`) before its first write: Redis does not roll a script back, and a slot key
+-- replaced by hand with another type would otherwise fail the script half-way.
+local function check_slots(prefix, wheel, lo, hi)
+  local names = redis.call('ZRANGE', wheel, 0, 1)
+  names[#names + 1] = slot_at(wheel, lo)
+  for _, n in ipairs(redis.call('ZRANGE', wheel, lo, hi, 'BYSCORE', 'LIMIT', 0, 16)) do
+    names[#names + 1] = n
+  end
+  local kinds = {}
+  for _, n in ipairs(names) do
+    kinds[slot_key(prefix, n)] = 'zset'
+  end
+  return check_types(kinds)
+end
+
+-- The bound of the slot after the one whose bound is `bound` (slot_at picks the last of
+-- slots sharing a bound, so the next one's is greater), or nil.
+local function next_bound(wheel, bound)
+  local hit = redis.call('ZRANGE', wheel, string.format('(%d', bound), '+inf', 'BYSCORE',
+    'LIMIT', 0, 1, 'WITHSCORES')
+  return tonumber(hit[2])
+end
+
+-- The rank nearest the middle where the due time strictly grows and `accept` holds for it.
+local function growth_point(all, count, accept)
+  local mid = math.floor(count / 2)
+  for d = 0, mid do
+    for _, r in ipairs({ mid - d, mid + d }) do
+      if r >= 1 and r < count and all[2 * r + 2] ~= all[2 * r] and accept(tonumber(all[2 * r + 2])) then
+        return r
+      end
+    end
+  end
+  return nil
+end
+
+-- Make room in the full slot n (bound `bound`) for an entry due at `due` (bound <= due).
+-- Slots with the same bound are ordered by name, i.e. by creation, so a new slot must
+-- either get a bound of its own or belong after every slot sharing its bound.  Returns
+-- false in the one case no cut keeps the order (the slot holds one repeated due time, and
+-- the next slot starts at that time): the caller then overfills the slot, which Redis
+-- converts to a skiplist (correct, only not compact).
+local function split(prefix, wheel, n, bound, due)
+  local key = slot_key(prefix, n)
+  local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local count = #all / 2
+  local top = tonumber(all[#all])
+  if due >= top then
+    -- Appending past the end (due times mostly grow with the clock): leave this slot full.
+    new_slot(prefix, wheel, due)
+    return true
+  end
+  local limit = next_bound(wheel, bound) or math.huge
+  -- Cut where the due time grows to a value below the next slot's bound: the new slot
+  -- gets that value as its own bound.  Else the cut where it grows to the next slot's
+  -- bound: the new slot takes the last due time left here as bound, which puts it right
+  -- after this slot.
+  local cut = growth_point(all, count, function(w) return w < limit end)
+  local new_bound = cut and all[2 * cut + 2]
+  if not cut then
+    cut = growth_point(all, count, function() return true end)
+    new_bound = cut and all[2 * cut]
+  end
+  if not cut then
+    -- One repeated due time, above `due`: this slot takes that time as its bound, unless the
+    -- next slot already starts there; the new entry gets a slot with the old bound.
+    if top >= limit then
+      return false
+    end
+    redis.call('ZADD', wheel, top, n)
+    new_slot(prefix, wheel, bound)
+    return true
+  end
+  local moved = {}
+  for r = cut, count - 1 do
+    moved[#moved + 1] = all[2 * r + 2]
+    moved[#moved + 1] = all[2 * r + 1]
+  end
+  local m = new_slot(prefix, wheel, new_bound)
+  redis.call('ZREMRANGEBYRANK', key, cut, -1)
+  redis.call('ZADD', slot_key(prefix, m), unpack(moved))
+  return true
+end
+
+-- Schedule entries {due1, id1, due2, id2, ...} (ids not scheduled yet), in few calls.
+-- The slot for the first entry is read before the first write, so a slot of the wrong type
+-- fails the call before anything changed (callers schedule before their other writes).
+local function schedule_add(prefix, wheel, entries)
+  local sorted, in_order = {}, true
+  for i = 1, #entries, 2 do
+    sorted[#sorted + 1] = { entries[i], entries[i + 1] }
+    in_order = in_order and (i == 1 or entries[i - 2] <= entries[i])
+  end
+  if not in_order then
+    table.sort(sorted, function(a, b) return a[1] < b[1] end)
+  end
+  local i = 1
+  while i <= #sorted do
+    local due = sorted[i][1]
+    local n, bound = slot_at(wheel, due)
+    local count = n and redis.call('ZCARD', slot_key(prefix, n))
+    if not n then
+      -- Earlier than every slot: the first slot's bound moves down if it has room, else a
+      -- new slot starts (its bound is below every other, so it comes first).
+      n = redis.call('ZRANGE', wheel, 0, 0)[1]
+      count = n and redis.call('ZCARD', slot_key(prefix, n)) or SLOT_MAX
+      if count < SLOT_MAX then
+        redis.call('ZADD', wheel, due, n)
+      else
+        n, count = new_slot(prefix, wheel, due), 0
+      end
+      bound = due
+    end
+    local key = slot_key(prefix, n)
+    if count >= SLOT_MAX then
+      if not split(prefix, wheel, n, bound, due) then
+        redis.call('ZADD', key, due, sorted[i][2])
+        i = i + 1
+      end
+    else
+      -- Entries up to the next slot's bound go here (not needed for a last entry: slot_at
+      -- placed it before that bound).
+      local limit = i < #sorted and next_bound(wheel, bound) or nil
+      local batch = {}
+      while i <= #sorted and count < SLOT_MAX and (not limit or sorted[i][1] < limit) do
+        batch[#batch + 1] = sorted[i][1]
+        batch[#batch + 1] = sorted[i][2]
+        count = count + 1
+        i = i + 1
+      end
+      redis.call('ZADD', key, unpack(batch))
+    end
+  end
+end
+
+-- The slot holding `id` if it is scheduled at `due`: one of the slots with bound == due
+-- (usually none) or the last slot with bound < due.
+local function slot_of(prefix, wheel, id, due)
+  local offset = 0
+  while true do
+    local page = redis.call('ZRANGE', wheel, due, '-inf', 'BYSCORE', 'REV', 'LIMIT', offset, 16,
+      'WITHSCORES')
+    for i = 1, #page, 2 do
+      if redis.call('ZSCORE', slot_key(prefix, page[i]), id) then
+        return page[i]
+      end
+      if tonumber(page[i + 1]) < due then
+        return nil
+      end
+    end
+    if #page < 32 then
+      return nil
+    end
+    offset = offset + 16
+  end
+end
+
+local function forget_if_empty(prefix, wheel, n)
+  if redis.call('ZCARD', slot_key(prefix, n)) == 0 then
+    redis.call('ZREM', wheel, n)
+  end
+end
+
+-- Unschedule `id` (scheduled at `due`); returns whether it was scheduled.
+local function schedule_remove(prefix, wheel, id, due)
+  local n = slot_of(prefix, wheel, id, due)
+  if not n then
+    return false
+  end
+  redis.call('ZREM', slot_key(prefix, n), id)
+  forget_if_empty(prefix, wheel, n)
+  return true
+end
+
+-- The earliest due time scheduled, or nil.  A wheel entry whose slot was deleted by hand
+-- is dropped on the way.
+local function schedule_head(prefix, wheel)
+  for _ = 1, 16 do
+    local n = redis.call('ZRANGE', wheel, 0, 0)[1]
+    if not n then
+      return nil
+    end
+    local first = redis.call('ZRANGE', slot_key(prefix, n), 0, 0, 'WITHSCORES')[2]
+    if first then
+      return tonumber(first)
+    end
+    redis.call('ZREM', wheel, n)
+  end
+  return nil
+end
+
+-- Up to `limit` ids due by `now`, earliest first, without changing anything (so that a
+-- script can read their tasks before its first write).  Returns ids and the cuts that
+-- schedule_cut needs: {slot, how many from its front, whether that empties it}, ...
+local function schedule_due(prefix, wheel, now, limit)
+  local ids, cuts = {}, {}
+  local slots = redis.call('ZRANGE', wheel, '-inf', now, 'BYSCORE', 'LIMIT', 0, 16)
+  for _, n in ipairs(slots) do
+    if #ids >= limit then
+      break
+    end
+    local key = slot_key(prefix, n)
+    local got = redis.call('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit - #ids)
+    for _, id in ipairs(got) do
+      ids[#ids + 1] = id
+    end
+    local whole = #got == redis.call('ZCARD', key)
+    cuts[#cuts + 1] = { n, #got, whole }
+    if not whole then
+      break  -- what is left in this slot (and so in every later one) is not due yet
+    end
+  end
+  return ids, cuts
+end
+
+-- Remove what schedule_due returned from the schedule.
+local function schedule_cut(prefix, wheel, cuts)
+  for _, cut in ipairs(cuts) do
+    if cut[3] then
+      redis.call('ZREMRANGEBYRANK', slot_key(prefix, cut[1]), 0, -1)
+      redis.call('ZREM', wheel, cut[1])
+    elseif cut[2] > 0 then
+      redis.call('ZREMRANGEBYRANK', slot_key(prefix, cut[1]), 0, cut[2] - 1)
+    end
+  end
+end
