@@ -343,8 +343,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--scenarios",
         help=f"comma-separated scenarios (default: {','.join(DEFAULT_SCENARIOS)}; also: scale)",
     )
-    parser.add_argument("--no-chart", action="store_true", help="skip docs/benchmarks/chart.png")
-    parser.add_argument("--chart", type=Path, default=CHART_PATH, help="where to write the chart")
+    parser.add_argument("--no-chart", action="store_true", help="skip the chart")
+    parser.add_argument(
+        "--chart",
+        type=Path,
+        help="where to write the chart (default: docs/benchmarks/chart.png for a full run of "
+        "every library and the default scenarios, else beside the results JSON)",
+    )
     parser.add_argument(
         "--list-venvs", action="store_true", help="print the virtualenv groups this run needs, exit"
     )
@@ -414,6 +419,13 @@ def describe_peers(runner: Runner, libs: list[str]) -> dict[str, dict[str, Any]]
     return {lib: runner.run(lib, "describe", timeout=120) for lib in libs}
 
 
+def default_chart_path(args: argparse.Namespace, results_path: Path) -> Path:
+    """The published chart only for a full run of every library and the default scenarios:
+    a quick or partial run (``--quick``, ``--only``, ``--scenarios``) must not replace it."""
+    complete = not args.quick and args.libs == list(PEERS) and args.scenarios == DEFAULT_SCENARIOS
+    return CHART_PATH if complete else results_path.with_suffix(".png")
+
+
 def draw_chart(results_path: Path, chart_path: Path) -> None:
     python = VENVS_DIR / PLOT_GROUP / "bin" / "python"
     if not python.exists():
@@ -476,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.write(results, results_path)
     print(f"\nresults: {results_path.relative_to(ROOT)}")
     if not args.no_chart:
-        draw_chart(results_path, args.chart)
+        draw_chart(results_path, args.chart or default_chart_path(args, results_path))
     if report.has_errors(results):
         print(f"some measurements failed; runner logs kept in {log_dir}")
         return 1
