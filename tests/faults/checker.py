@@ -73,9 +73,11 @@ def read_log(where: Path | str) -> list[Delivery]:
     files = sorted(path.glob("*.log")) if path.is_dir() else [path]
     deliveries = []
     for file in files:
-        for line in file.read_text().splitlines():
-            if line.strip():
-                deliveries.append(Delivery.parse(line))
+        # What follows the last newline is dropped: a read(2) racing a writer's write(2) can
+        # see part of a line (the kernel does not make a write atomic against readers), and a
+        # line cut short by SIGKILL was never a completed record.
+        *lines, _partial = file.read_text().split("\n")
+        deliveries.extend(Delivery.parse(line) for line in lines if line.strip())
     return deliveries
 
 
