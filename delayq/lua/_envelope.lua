@@ -43,6 +43,19 @@ local function check_types(kinds)
   return nil
 end
 
+-- The due time in ms for a delay (mode 'd') or an absolute Unix time (mode 'a') in ms, or
+-- nil when the absolute time lies more than `tolerance` ms before `now` (a time in the
+-- near past is due at once: the caller's clock may trail Redis's a little).
+local function due_time(now, mode, value, tolerance)
+  if mode ~= 'a' then
+    return now + value
+  end
+  if value < now - tolerance then
+    return nil
+  end
+  return math.max(value, now)
+end
+
 -- Publish a wake-up only when `due` becomes the earliest moment a worker must act on, so a
 -- busy topic costs no PUBLISH per task.  `head` is the earliest due time before the write
 -- (nil when nothing was scheduled).

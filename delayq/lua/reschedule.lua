@@ -21,12 +21,9 @@ if not slot then
   return { 0 }
 end
 local now = now_ms()
-local due = now + value
-if mode == 'a' then
-  if value < now - tolerance then
-    return { -1, now }
-  end
-  due = math.max(value, now)
+local due = due_time(now, mode, value, tolerance)
+if not due then
+  return { -1, now }
 end
 bad = check_slots(prefix, wheel, due, due)
 if bad then

@@ -23,12 +23,9 @@ if bad then
   return bad
 end
 local now = now_ms()
-local due = now + value
-if mode == 'a' then
-  if value < now - tolerance then
-    return { -1, now }
-  end
-  due = math.max(value, now)
+local due = due_time(now, mode, value, tolerance)
+if not due then
+  return { -1, now }
 end
 
 local header = read_header(prefix, id)

@@ -30,14 +30,8 @@ local earliest, latest = nil, nil
 for n, id in ipairs(ids) do
   local i = 3 + (n - 1) * 6
   local mode, value = ARGV[i + 1], tonumber(ARGV[i + 2])
-  local due = now + value
-  local status = 1
-  if mode == 'a' then
-    due = math.max(value, now)
-    if value < now - tolerance then
-      status = -1
-    end
-  end
+  local due = due_time(now, mode, value, tolerance)
+  local status = due and 1 or -1
   if status == 1 and (seen[id] or (existing[n] and not was_dead[n])) then
     status = 0
   end
