@@ -179,24 +179,21 @@ class DurableSender:
         keys: Sequence[str],
         args: Sequence[str | int | bytes],
     ) -> tuple[Any, int]:
+        """The script and the wait in one round trip: the script's reply and the count of
+        confirmations."""
+
+        async def once() -> list[Any]:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.execute_command(*wait.args)
+            return await pipe.execute()
+
         try:
-            return await self._pipeline_once(wait, script, keys, args)
+            reply, waited = await once()
         except rexc.NoScriptError:
             # Nothing was written (the WAIT behind it only waited): load it and repeat.
             await self._client.script_load(script.script)
-            return await self._pipeline_once(wait, script, keys, args)
-
-    async def _pipeline_once(
-        self,
-        wait: WaitCommand,
-        script: AsyncScript,
-        keys: Sequence[str],
-        args: Sequence[str | int | bytes],
-    ) -> tuple[Any, int]:
-        pipe = self._client.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command(*wait.args)
-        reply, waited = await pipe.execute()
+            reply, waited = await once()
         return reply, wait.confirmed(waited)
 
     async def _touch_and_wait(self, wait: WaitCommand, touch_key: str) -> int:
