@@ -8,12 +8,14 @@ lease deadline into the past (``tests.helpers.expire_lease``).
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis.asyncio
 
-from delayq import Queue
+from delayq import Queue, RedisCommandError
 from delayq.keys import BODY_FIELD_SUFFIX
 from delayq.scripts import lua_source
 from delayq.task import Envelope
@@ -607,3 +609,75 @@ async def test_nack_retry_and_replay_wake_the_topic(
     assert await queue.replay("t", "x")
     assert await next_wake(wake_messages) == await due_ms(queue, "x")
     assert await wake_messages.get_message(ignore_subscribe_messages=True, timeout=0.2) is None
+
+
+async def test_wake_ups_follow_the_earliest_due_time_across_many_slots(
+    queue: Queue, redis_client: redis.asyncio.Redis, wake_messages: redis.asyncio.client.PubSub
+) -> None:
+    """Enough tasks to fill and split many schedule slots, sent one by one and in batches at
+    random times: a wake-up is published exactly when a task becomes the new earliest."""
+    rng = random.Random(7)
+    start = datetime.now(UTC) + timedelta(days=1)
+    offsets = rng.sample(range(0, 3_600_000), 900)
+    expected: list[int] = []
+    earliest: int | None = None
+    for n, offset in enumerate(offsets[:600]):
+        due = start + timedelta(milliseconds=offset)
+        await queue.send_at("t", {}, due, task_id=f"one-{n}")
+        stored_ms = await due_ms(queue, f"one-{n}")
+        if earliest is None or stored_ms < earliest:
+            earliest = stored_ms
+            expected.append(stored_ms)
+    for first in range(600, 900, 100):
+        batch = offsets[first : first + 100]
+        now_ms = await redis_now_ms(redis_client)
+        delays = [(start + timedelta(milliseconds=o)).timestamp() - now_ms / 1000 for o in batch]
+        sent = await queue.send_many("t", [{}] * len(batch), delay=delays, batch_size=100)
+        batch_min = min([await due_ms(queue, task_id) for task_id in sent])
+        if earliest is None or batch_min < earliest:
+            earliest = batch_min
+            expected.append(batch_min)
+    assert len(await schedule_entries(redis_client, queue.keys("t"))) == 900
+    assert len(await redis_client.zrange(queue.keys("t").wheel, 0, -1)) > 7  # many slots
+    published: list[int] = []
+    while (message := await next_wake(wake_messages)) is not None:
+        published.append(message)
+    assert published == expected
+
+
+async def _snapshot(redis_client: redis.asyncio.Redis, queue: Queue) -> dict[bytes, bytes | None]:
+    """Every key of ``queue`` (other tests may share the server) and its serialized value."""
+    keys = sorted(await redis_client.keys(f"delayq:{{{queue.name}*"))
+    return {key: await redis_client.dump(key) for key in keys}
+
+
+@pytest.mark.parametrize("garbled", ["wheel", "slot", "slots", "bucket", "dead", "errors"])
+async def test_a_send_meeting_a_key_of_the_wrong_type_changes_nothing(
+    queue: Queue, redis_client: redis.asyncio.Redis, garbled: str
+) -> None:
+    """send.lua checks no types up front on its common path: each key it writes is read (or
+    INCRBY'd) before its first write, so a garbled key must fail the call before any write.
+    `dead` and `errors` are only touched when the id is known, so the send repeats one."""
+    keys = queue.keys("t")
+    await queue.send_delayed("t", {}, 60, task_id="known")
+    task_id = "known" if garbled in ("dead", "errors") else "fresh"
+    key = {
+        "wheel": keys.wheel,
+        "slot": keys.slot((await redis_client.zrange(keys.wheel, 0, 0))[0]),
+        "slots": keys.prefix + "slots",
+        "bucket": keys.bucket(task_id),
+        "dead": keys.dead,
+        "errors": keys.errors,
+    }[garbled]
+    if garbled == "slots":
+        await redis_client.delete(keys.wheel)  # so that the send must number a new slot
+    await redis_client.delete(key)
+    if garbled == "slots":  # a string counter: garbage of another type
+        await redis_client.hset(key, "garbage", 1)
+    else:
+        await redis_client.set(key, "garbage")
+    before = await _snapshot(redis_client, queue)
+    assert len(before) >= 3
+    with pytest.raises(RedisCommandError, match="WRONGTYPE"):
+        await queue.send_delayed("t", {}, 30, task_id=task_id)
+    assert await _snapshot(redis_client, queue) == before

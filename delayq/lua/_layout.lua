@@ -68,10 +68,12 @@ local function new_slot(prefix, wheel, bound)
   return n
 end
 
--- The last slot whose bound is <= due, and that bound (nil when due precedes every slot).
+-- The last slot whose bound is <= due, that bound (nil when due precedes every slot), and
+-- whether another slot comes before it (read in the same call: it tells a sender whether its
+-- entry can be the earliest one without reading the schedule's head).
 local function slot_at(wheel, due)
-  local hit = redis.call('ZRANGE', wheel, due, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
-  return hit[1], tonumber(hit[2])
+  local hit = redis.call('ZRANGE', wheel, due, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 2, 'WITHSCORES')
+  return hit[1], tonumber(hit[2]), hit[3] ~= nil
 end
 
 -- A script checks the slots it may write (the first two, the one `lo` falls in and those
@@ -144,8 +146,10 @@ local function split(prefix, wheel, n, bound, due)
     if top >= limit then
       return false
     end
-    redis.call('ZADD', wheel, top, n)
+    -- The new slot first: INCRBY stays the first write of a send, so a slot counter of the
+    -- wrong type fails the call before anything changed.
     new_slot(prefix, wheel, bound)
+    redis.call('ZADD', wheel, top, n)
     return true
   end
   local moved = {}
@@ -160,8 +164,11 @@ local function split(prefix, wheel, n, bound, due)
 end
 
 -- Schedule entries {due1, id1, due2, id2, ...} (ids not scheduled yet), in few calls.
--- The slot for the first entry is read before the first write, so a slot of the wrong type
--- fails the call before anything changed (callers schedule before their other writes).
+-- Returns whether the earliest of them precedes everything scheduled before, i.e. whether
+-- a waiting worker must be woken up.
+-- For the first entry, the wheel and its slot are read before the first write and the slot
+-- counter's INCRBY is the first write, so a key of the wrong type among them fails the call
+-- before anything changed (callers schedule before their other writes).
 local function schedule_add(prefix, wheel, entries)
   local sorted, in_order = {}, true
   for i = 1, #entries, 2 do
@@ -171,11 +178,23 @@ local function schedule_add(prefix, wheel, entries)
   if not in_order then
     table.sort(sorted, function(a, b) return a[1] < b[1] end)
   end
-  local i = 1
+  local i, earliest = 1, nil
   while i <= #sorted do
     local due = sorted[i][1]
-    local n, bound = slot_at(wheel, due)
+    local n, bound, after_another = slot_at(wheel, due)
     local count = n and redis.call('ZCARD', slot_key(prefix, n))
+    if earliest == nil then
+      -- Slots hold entries in due order, so an entry after another slot is not the earliest
+      -- (a slot deleted by hand but still on the wheel would cost a wake-up, not a task).
+      -- In the first slot it is earliest when it precedes the slot's first entry.
+      if not n or (count == 0 and not after_another) then
+        earliest = true
+      elseif after_another then
+        earliest = false
+      else
+        earliest = due < tonumber(redis.call('ZRANGE', slot_key(prefix, n), 0, 0, 'WITHSCORES')[2])
+      end
+    end
     if not n then
       -- Earlier than every slot: the first slot's bound moves down if it has room, else a
       -- new slot starts (its bound is below every other, so it comes first).
@@ -208,6 +227,7 @@ local function schedule_add(prefix, wheel, entries)
       redis.call('ZADD', key, unpack(batch))
     end
   end
+  return earliest == true
 end
 
 -- The slot holding `id` if it is scheduled at `due`: one of the slots with bound == due

@@ -43,13 +43,11 @@ if mode == 'release' then
   e.attempts = math.max(e.attempts - 1, 0)
   due = now
 end
-local head = schedule_head(prefix, wheel)
-schedule_add(prefix, wheel, { due, id })
+wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
 redis.call('ZREM', reserved, id)
 if err ~= '' then
   redis.call('HSET', errors, id, err)
 end
 e.due = due
 redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
-wake_if_earliest(channel, head, due)
 return { 1, due }

@@ -26,12 +26,10 @@ if not e or not body then
   return 0
 end
 local now = now_ms()
-local head = schedule_head(prefix, wheel)
-schedule_add(prefix, wheel, { now, id })
+wake_if_earliest(schedule_add(prefix, wheel, { now, id }), channel, now)
 redis.call('ZREM', dead, id)
 e.attempts = 0
 e.due = now
 redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
 redis.call('HDEL', errors, id)
-wake_if_earliest(channel, head, now)
 return 1

@@ -29,11 +29,9 @@ bad = check_slots(prefix, wheel, due, due)
 if bad then
   return bad
 end
-local head = schedule_head(prefix, wheel)
 redis.call('ZREM', slot_key(prefix, slot), id)
 forget_if_empty(prefix, wheel, slot)
 e.due = due
 redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
-schedule_add(prefix, wheel, { due, id })
-wake_if_earliest(channel, head, due)
+wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
 return { 1, due }

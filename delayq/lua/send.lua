@@ -17,32 +17,35 @@ local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local max_attempts, ttr, body = ARGV[4], ARGV[5], ARGV[6]
 local tolerance, channel = tonumber(ARGV[7]), ARGV[8]
 
-local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
-  [slot_counter(prefix)] = 'string' })
-if bad then
-  return bad
-end
 local now = now_ms()
 local due = due_time(now, mode, value, tolerance)
 if not due then
   return { -1, now }
 end
 
+-- No TYPE checks on the common path (each redis.call costs microseconds, and a send is the
+-- hottest script): every key a new send writes is read first (bucket by HGET, wheel and slot
+-- by schedule_add), or written first (the slot counter), so a key of the wrong type fails
+-- the call before anything changed.  `dead` and `errors` are only touched for a known id.
 local header = read_header(prefix, id)
-if header and not redis.call('ZSCORE', dead, id) then
-  local e = parse_header(header)
-  local scheduled = e and slot_of(prefix, wheel, id, e.due)
-  return { 0, scheduled and e.due or 0 }
+if header then
+  local bad = check_types({ [dead] = 'zset', [errors] = 'hash' })
+  if bad then
+    return bad
+  end
+  if not redis.call('ZSCORE', dead, id) then
+    local e = parse_header(header)
+    local scheduled = e and slot_of(prefix, wheel, id, e.due)
+    return { 0, scheduled and e.due or 0 }
+  end
 end
 
-local head = schedule_head(prefix, wheel)
-schedule_add(prefix, wheel, { due, id })
+wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
 if header then
   -- A dead task's id is free again: the new send replaces the dead letter.
   redis.call('HDEL', errors, id)
   redis.call('ZREM', dead, id)
 end
 redis.call('HSET', bucket_of(prefix, id), id,
-  table.concat({ 0, 0, max_attempts, ttr, now, string.format('%d', due) }, ','), body_field(id), body)
-wake_if_earliest(channel, head, due)
+  new_header(max_attempts, ttr, string.format('%d', now), due), body_field(id), body)
 return { 1, due }

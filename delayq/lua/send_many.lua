@@ -16,6 +16,7 @@ if bad then
   return bad
 end
 local now = now_ms()
+local now_text = string.format('%d', now)
 
 local ids, existing = {}, {}
 for i = 3, #ARGV, 6 do
@@ -24,7 +25,6 @@ for i = 3, #ARGV, 6 do
   existing[#ids] = redis.call('HEXISTS', bucket_of(prefix, id), id) == 1
 end
 local was_dead = redis.call('ZMSCORE', dead, unpack(ids))
-local head = schedule_head(prefix, wheel)
 local scheduled, stored, revived, out, seen = {}, {}, {}, {}, {}
 local earliest, latest = nil, nil
 for n, id in ipairs(ids) do
@@ -43,7 +43,7 @@ for n, id in ipairs(ids) do
     scheduled[#scheduled + 1] = due
     scheduled[#scheduled + 1] = id
     stored[#stored + 1] = { id,
-      table.concat({ 0, 0, ARGV[i + 3], ARGV[i + 4], now, string.format('%d', due) }, ','),
+      new_header(ARGV[i + 3], ARGV[i + 4], now_text, due),
       ARGV[i + 5] }
     earliest = math.min(earliest or due, due)
     latest = math.max(latest or due, due)
@@ -65,6 +65,5 @@ if #revived > 0 then
   redis.call('HDEL', errors, unpack(revived))
   redis.call('ZREM', dead, unpack(revived))
 end
-schedule_add(prefix, wheel, scheduled)
-wake_if_earliest(channel, head, earliest)
+wake_if_earliest(schedule_add(prefix, wheel, scheduled), channel, earliest)
 return out
