@@ -9,10 +9,16 @@
 * sequential ``EVALSHA`` of delayq's own ``send.lua`` with arguments built beforehand,
   on one connection: a send without delayq's Python, i.e. how much of the gap to the
   trivial script is the script's work in Redis;
+* sequential ``EVALSHA`` of the smallest script that can store a delayed task (``HSET``
+  the body, ``ZADD`` the id with a due time computed by the client: two writes, no checks,
+  no clock read), on one connection: the floor of any design in which a send is one Lua
+  script, as delayq's are;
 * pipelined: ``LPUSH`` of the 20-byte payload, and ``EVALSHA`` of the trivial
   script, in non-transactional pipelines of 1,000 — roughly what a bulk enqueue
   can approach.
 
+The four sequential loops run in turn, a fifth of each at a time (see
+:data:`SEQUENTIAL_SLICES`), so that they can be compared with each other.
 For each, the redis-server process's user+sys CPU (``INFO cpu``) per request is
 reported too: the floor of Redis CPU per request on this machine, whatever the
 script does.  A task life cycle needs at least one request to send it, so the
@@ -25,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,6 +48,16 @@ from delayq.scripts import lua_source, waiting_keys
 
 PIPELINE_BATCH = 1000
 TRIVIAL_SCRIPT = "return 1"
+#: The sequential loops run in this many slices, in turn, so that the host's drift (this
+#: 2-core machine's speed varies by tens of percent within minutes) hits each of them alike.
+SEQUENTIAL_SLICES = 5
+#: Task ids for the loops that store tasks: fresh across slices, so no send is a duplicate.
+_task_numbers = itertools.count()
+FLOOR_SEND_SCRIPT = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return 1
+"""
 
 
 async def evalsha_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
@@ -66,11 +84,20 @@ async def send_lua_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
     topic = TopicKeys.build("ceiling", "t")
     keys = waiting_keys(topic)
     body = json.dumps({"payload": PAYLOAD, "due": 0}).encode()
-    ids = [f"{i:012d}" for i in range(n)]  # generated ids are 12 characters
+    ids = [f"{next(_task_numbers):012d}" for _ in range(n)]  # generated ids are 12 characters
     for task_id in ids:
         await client.evalsha(
             sha, len(keys), *keys, task_id, "d", 3_600_000, 0, 0, body, 5000, topic.wake
         )
+
+
+async def floor_send_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
+    """``n`` awaited EVALSHA calls of :data:`FLOOR_SEND_SCRIPT`, arguments built beforehand."""
+    body = json.dumps({"payload": PAYLOAD, "due": 0}).encode()
+    due = int(time.time() * 1000) + 3_600_000
+    ids = [f"{next(_task_numbers):012d}" for _ in range(n)]
+    for task_id in ids:
+        await client.evalsha(sha, 2, "ceiling:floor:tasks", "ceiling:floor:due", task_id, body, due)
 
 
 async def lpush_pipelined(client: aioredis.Redis, sha: str, n: int) -> None:
@@ -107,15 +134,36 @@ Workload = Callable[[aioredis.Redis, str, int], Awaitable[None]]
 async def timed(
     client: aioredis.Redis, probe: aioredis.Redis, work: Workload, sha: str, n: int
 ) -> tuple[float, float]:
-    """(requests/s, redis-server CPU µs per request) for ``work`` on ``client``.
+    """(seconds, redis-server CPU seconds) for ``work`` on ``client``.
 
     ``probe`` reads the CPU counters on a connection of its own (two requests, not counted).
     """
     cpu_before = await redis_cpu_seconds(probe)
     with stopwatch() as timer:
         await work(client, sha, n)
-    cpu = await redis_cpu_seconds(probe) - cpu_before
-    return rate(n, timer["seconds"]), cpu * 1e6 / n
+    return timer["seconds"], await redis_cpu_seconds(probe) - cpu_before
+
+
+async def interleaved(
+    probe: aioredis.Redis,
+    loops: dict[str, tuple[aioredis.Redis, Workload, str]],
+    n: int,
+    slices: int,
+) -> dict[str, float]:
+    """``{name}_rate`` and ``{name}_cpu_usec`` (per request) for each loop, run ``n`` times in
+    ``slices`` slices taken in turn."""
+    spent = {name: [0.0, 0.0] for name in loops}
+    for _ in range(slices):
+        for name, (client, work, sha) in loops.items():
+            seconds, cpu = await timed(client, probe, work, sha, n // slices)
+            spent[name][0] += seconds
+            spent[name][1] += cpu
+    done = n // slices * slices
+    metrics: dict[str, float] = {}
+    for name, (seconds, cpu) in spent.items():
+        metrics[f"{name}_rate"] = rate(done, seconds)
+        metrics[f"{name}_cpu_usec"] = cpu * 1e6 / done
+    return metrics
 
 
 async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
@@ -124,29 +172,27 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
     probe = aioredis.Redis.from_url(url, single_connection_client=True)
     try:
         sha = await single.script_load(TRIVIAL_SCRIPT)
-        await pooled.ping()  # connect outside the timed loop, as single does on script_load
-        seq_rate, seq_cpu = await timed(single, probe, evalsha_sequential, sha, n_seq)
         send_sha = await single.script_load(lua_source("send"))
-        send_rate, send_cpu = await timed(single, probe, send_lua_sequential, send_sha, n_seq)
-        pooled_rate, pooled_cpu = await timed(pooled, probe, evalsha_sequential, sha, n_seq)
-        pipe_rate, pipe_cpu = await timed(single, probe, lpush_pipelined, sha, n_pipe)
-        eval_pipe_rate, eval_pipe_cpu = await timed(single, probe, evalsha_pipelined, sha, n_pipe)
+        floor_sha = await single.script_load(FLOOR_SEND_SCRIPT)
+        await pooled.ping()  # connect outside the timed loop, as single does on script_load
+        sequential = {
+            "evalsha_seq": (single, evalsha_sequential, sha),
+            "send_lua_seq": (single, send_lua_sequential, send_sha),
+            "floor_send_seq": (single, floor_send_sequential, floor_sha),
+            "evalsha_pooled": (pooled, evalsha_sequential, sha),
+        }
+        metrics = await interleaved(probe, sequential, n_seq, SEQUENTIAL_SLICES)
+        for name, work in (("lpush_pipe", lpush_pipelined), ("evalsha_pipe", evalsha_pipelined)):
+            seconds, cpu = await timed(single, probe, work, sha, n_pipe)
+            metrics[f"{name}_rate"] = rate(n_pipe, seconds)
+            metrics[f"{name}_cpu_usec"] = cpu * 1e6 / n_pipe
     finally:
         for client in (single, pooled, probe):
             await client.aclose()
-    return {
-        "evalsha_seq_rate": seq_rate,
-        "evalsha_seq_cpu_usec": seq_cpu,
-        "send_lua_seq_rate": send_rate,
-        "send_lua_seq_cpu_usec": send_cpu,
-        "evalsha_pooled_rate": pooled_rate,
-        "evalsha_pooled_cpu_usec": pooled_cpu,
-        "lpush_pipe_rate": pipe_rate,
-        "lpush_pipe_cpu_usec": pipe_cpu,
-        "evalsha_pipe_rate": eval_pipe_rate,
-        "evalsha_pipe_cpu_usec": eval_pipe_cpu,
+    return metrics | {
         "n_seq": n_seq,
         "n_pipe": n_pipe,
+        "sequential_slices": SEQUENTIAL_SLICES,
         "pipeline_batch": PIPELINE_BATCH,
         "redis_py": redis.__version__,
     }

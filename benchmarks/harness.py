@@ -51,6 +51,10 @@ VENVS_DIR = BENCH_DIR / ".venvs"
 RESULTS_DIR = BENCH_DIR / "results"
 CHART_PATH = ROOT / "docs" / "benchmarks" / "chart.png"
 PLOT_GROUP = "plot"
+#: A fleet that made some completions and then none for this long has stalled: it is failed
+#: then rather than at its timeout.  Over twice taskiq's 60 s schedule re-read, the longest
+#: pause a peer takes by design.
+STALL_S = 150.0
 DEFAULT_SCENARIOS = [name for name, s in scenarios.SCENARIOS.items() if s.default]
 
 
@@ -241,7 +245,7 @@ class Fleet:
     def wait_done(self, timeout: float) -> dict[str, Any]:
         """Block until ``target`` completions; return timings from the workers."""
         meta = self.runner.meta.client
-        self._poll(lambda: meta.exists(KEY_DONE_AT), timeout, "finish")
+        self._poll(lambda: meta.exists(KEY_DONE_AT), timeout, "finish", stall_s=STALL_S)
         done_at = float(meta.get(KEY_DONE_AT))
         results = []
         for proc in self.procs:
@@ -264,9 +268,23 @@ class Fleet:
             "processes": results,
         }
 
-    def _poll(self, condition: Any, timeout: float, what: str) -> None:
+    def _poll(
+        self, condition: Any, timeout: float, what: str, stall_s: float | None = None
+    ) -> None:
+        """Wait for ``condition``; fail after ``timeout``, or after ``stall_s`` without a new
+        completion once some were made (a run stuck short of its target fails early)."""
         deadline = time.monotonic() + timeout
+        seen, seen_at = 0, time.monotonic()
         while not condition():
+            if stall_s is not None:
+                done = self.completions()
+                if done != seen:
+                    seen, seen_at = done, time.monotonic()
+                elif done > 0 and time.monotonic() - seen_at > stall_s:
+                    raise BenchError(
+                        f"{self.lib}: workers stalled, no completion for {stall_s:.0f}s"
+                        f" ({self.progress()})"
+                    )
             exited = [proc for proc in self.procs if proc.popen.poll() is not None]
             if exited and not condition():  # re-check: it may have finished in between
                 raise BenchError(f"{exited[0].label} exited early\n{exited[0].tail()}")

@@ -218,11 +218,18 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         line("sequential EVALSHA 'return 1', one connection", "evalsha_seq"),
         line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
         line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
+        line("sequential EVALSHA of a 2-write store script (floor)", "floor_send_seq"),
         line("pipelined EVALSHA 'return 1' (1,000 per batch)", "evalsha_pipe"),
         line("pipelined LPUSH (1,000 per batch)", "lpush_pipe"),
     ]
     single, pooled = ceiling.get("evalsha_seq_rate"), ceiling.get("evalsha_pooled_rate")
     send_lua = ceiling.get("send_lua_seq_rate")
+    floor = ceiling.get("floor_send_seq_rate")
+    if floor and single:
+        lines.append(
+            f"  the 2-write store script = {floor / single:.2f}x the one-connection ceiling"
+            " (about the most a send made of one Lua script can reach)"
+        )
     for lib in results["meta"]["libs"]:
         enqueue = results["summary"].get(lib, {}).get("enqueue_rate")
         if enqueue and single and pooled:
