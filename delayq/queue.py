@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self, overload
@@ -252,8 +253,9 @@ class Queue:
         """Send many tasks to one topic with one round trip per batch.
 
         Every body, id and delay is validated before anything is written.  Each batch of
-        ``batch_size`` tasks is one atomic script call; a failure part-way (Redis lost) may
-        leave earlier batches written, and re-sending the same ``task_ids`` is then safe.
+        ``batch_size`` tasks is one atomic script call, and two calls are in flight at a time
+        (one, with ``durability``); a failure part-way (Redis lost) may leave some batches
+        written, and re-sending the same ``task_ids`` is then safe.
 
         Args:
             topic: the topic of every task.
@@ -290,20 +292,48 @@ class Queue:
         for task_id, body, one_delay in zip(ids, items, delays, strict=True):
             data = encode_body(topic, body, adapter, self.max_body_bytes)
             fields += (task_id, "d", to_millis(one_delay, name="delay"), attempts, ttr_ms, data)
-        for start in range(0, len(ids), batch_size):
-            try:
-                await self.scripts.send_many(
-                    keys, fields[6 * start : 6 * (start + batch_size)],
-                    tolerance_ms=self.past_tolerance_ms, durable=self._durable,
-                )  # fmt: skip
-            except NotDurableError as exc:
-                await self._announce_quietly(topic)  # the batch is stored
-                raise NotDurableError(
-                    exc.task_ids, confirmed=exc.confirmed, required=exc.required,
-                    timeout_ms=exc.timeout_ms, unsent=ids[start + batch_size :],
-                ) from None  # fmt: skip
+        batches = [
+            fields[6 * start : 6 * (start + batch_size)] for start in range(0, len(ids), batch_size)
+        ]
+        if self._durable is None:
+            await self._send_overlapped(keys, batches)
+        else:
+            for number, batch in enumerate(batches):
+                try:
+                    await self.scripts.send_many(
+                        keys, batch, tolerance_ms=self.past_tolerance_ms, durable=self._durable
+                    )
+                except NotDurableError as exc:
+                    await self._announce_quietly(topic)  # the batch is stored
+                    raise NotDurableError(
+                        exc.task_ids, confirmed=exc.confirmed, required=exc.required,
+                        timeout_ms=exc.timeout_ms, unsent=ids[(number + 1) * batch_size :],
+                    ) from None  # fmt: skip
         await self._announce_quietly(topic)
         return ids
+
+    async def _send_overlapped(
+        self, keys: TopicKeys, batches: list[list[str | int | bytes]]
+    ) -> None:
+        """Run send_many.lua on each batch, the next one sent while Redis runs the previous
+        (two in flight): the client's packing and parsing of one batch hides behind Redis's
+        work on the other, instead of the two taking turns."""
+        in_flight: list[asyncio.Future[list[int]]] = []
+        try:
+            for batch in batches:
+                in_flight.append(
+                    asyncio.ensure_future(
+                        self.scripts.send_many(keys, batch, tolerance_ms=self.past_tolerance_ms)
+                    )
+                )
+                if len(in_flight) == 2:
+                    await in_flight.pop(0)
+            while in_flight:
+                await in_flight.pop(0)
+        finally:
+            for call in in_flight:  # left by a failure: its batch may or may not be stored
+                call.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
 
     async def send_at(
         self,

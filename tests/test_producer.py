@@ -17,7 +17,7 @@ import pytest
 import redis.asyncio
 from pydantic import BaseModel
 
-from delayq import Queue, Task, TopicStats
+from delayq import InvalidInputError, Queue, RedisCommandError, Task, TopicStats
 from tests.fixtures_delayq import StartWorker
 from tests.helpers import (
     LONG_TTR_MS,
@@ -272,6 +272,60 @@ async def test_a_dead_id_may_be_sent_again(queue: Queue, redis_client: redis.asy
 
 
 # -- get ------------------------------------------------------------------------------------
+
+
+async def test_send_many_stores_every_task_across_batches(queue: Queue) -> None:
+    """Several batches (two are in flight at a time): every task stored with its own body and
+    delay, ids returned in the order of the bodies."""
+    delays = [60 + n for n in range(45)]
+    ids = await queue.send_many("t", [{"n": n} for n in range(45)], delay=delays, batch_size=7)
+    assert len(set(ids)) == 45
+    for n, task_id in enumerate(ids):
+        info = await stored(queue, "t", task_id)
+        assert (info.state, info.body) == ("delayed", {"n": n})
+        assert info.due_at is not None and info.enqueued_at is not None
+        assert ms(info.due_at) - ms(info.enqueued_at) == delays[n] * 1000
+
+
+async def test_send_many_skips_live_ids_and_repeats_across_batches(
+    queue: Queue, redis_client: redis.asyncio.Redis
+) -> None:
+    await queue.send_delayed("t", {"v": "first"}, 60, task_id="a")
+    task_ids = ["a", "b", "c", "d", "b", "e", "c"]  # "b" and "c" again in later batches
+    bodies = [{"v": task_id, "n": n} for n, task_id in enumerate(task_ids)]
+    assert await queue.send_many("t", bodies, task_ids=task_ids, delay=30, batch_size=2) == task_ids
+    assert (await stored(queue, "t", "a")).body == {"v": "first"}
+    assert (await stored(queue, "t", "b")).body == {"v": "b", "n": 1}
+    assert (await stored(queue, "t", "c")).body == {"v": "c", "n": 2}
+    assert sorted(await schedule_entries(redis_client, queue.keys("t"))) == [
+        "a",
+        "b",
+        "c",
+        "d",
+        "e",
+    ]
+
+
+async def test_send_many_validates_everything_before_writing(
+    queue: Queue, redis_client: redis.asyncio.Redis
+) -> None:
+    bodies: list[Any] = [{"n": n} for n in range(20)] + [{"bad": object()}]
+    with pytest.raises(InvalidInputError):
+        await queue.send_many("t", bodies, batch_size=5)
+    with pytest.raises(InvalidInputError):
+        await queue.send_many("t", [{}] * 3, delay=[1, 2])
+    assert await schedule_entries(redis_client, queue.keys("t")) == {}
+
+
+async def test_send_many_raises_the_first_failure_and_leaves_no_call_behind(
+    queue: Queue, redis_client: redis.asyncio.Redis, recwarn: pytest.WarningsRecorder
+) -> None:
+    await redis_client.set(queue.keys("t").wheel, "garbage")  # every batch fails
+    with pytest.raises(RedisCommandError, match="WRONGTYPE"):
+        await queue.send_many("t", [{}] * 20, delay=30, batch_size=5)
+    await asyncio.sleep(0.05)
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert not [w for w in recwarn if "never retrieved" in str(w.message)]
 
 
 async def test_get_reports_each_state(queue: Queue, redis_client: redis.asyncio.Redis) -> None:

@@ -30,6 +30,25 @@ local function format_header(e)
     e.enqueued, e.due)
 end
 
+-- The two per-task steps of a worker's cycle, leasing in reserve.lua and checking the token
+-- in ack.lua, match the header string directly: parse_header's table and format_header
+-- cost them several microseconds per task.
+
+-- The lease token of a header, or nil for an unreadable header.
+local function header_token(raw)
+  return string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+$')
+end
+
+-- The header of a task being leased (attempts + 1, fencing token `token`) and its ttr ms
+-- (0 = topic default), or nil for an unreadable header.
+local function leased_header(raw, token)
+  local attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+)$')
+  if not attempts then
+    return nil
+  end
+  return string.format('%d,%d,', attempts + 1, token) .. rest, tonumber(ttr)
+end
+
 -- The header of a task not yet attempted.  max_attempts and ttr are the caller's decimal
 -- strings; `now` is formatted once per call by the caller.  One concatenation: building a
 -- table for table.concat cost a send_many a quarter of its Redis time per task.

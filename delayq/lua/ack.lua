@@ -23,8 +23,7 @@ local leased = redis.call('ZMSCORE', reserved, unpack(ids))
 local done, out, seen = {}, {}, {}
 for n, id in ipairs(ids) do
   local raw = headers[n]
-  local e = raw and parse_header(raw)
-  if e and leased[n] and e.token == ARGV[2 * n] and not seen[id] then
+  if raw and leased[n] and header_token(raw) == ARGV[2 * n] and not seen[id] then
     seen[id] = true
     done[#done + 1] = id
     out[n] = 1

@@ -105,16 +105,12 @@ if #due > 0 then
   for i, id in ipairs(due) do
     local raw, body = stored[i][1], stored[i][2]
     if raw then
-      local e = parse_header(raw)
-      if not e or not body then
+      local header, ttr = leased_header(raw, first_token + i)
+      if not header or not body then
         bury_corrupt(id)
       else
-        e.attempts = e.attempts + 1
-        e.token = first_token + i
-        local header = format_header(e)
         redis.call('HSET', bucket_of(prefix, id), id, header)
-        local ttr = e.ttr > 0 and e.ttr or default_ttr
-        leases[#leases + 1] = now + ttr
+        leases[#leases + 1] = now + (ttr > 0 and ttr or default_ttr)
         leases[#leases + 1] = id
         out[#out + 1] = id
         out[#out + 1] = joined(header, body)
