@@ -71,8 +71,8 @@ Columns:
                 user+sys CPU / N (includes networking)
   bulk:         cmds/task and cpu us/task again with the N tasks sent through the bulk API
   re-runs       executions beyond the number of tasks, all scenarios and rounds together
-  scale         (--scenarios scale) K small / large tasks delayed by 1 h waiting, 1,000 more
-                due: one worker's drain time of the 1,000 (release .. last completion) and
+  scale         (--scenarios scale) K small / large tasks delayed by 1 h waiting, 10,000 more
+                due: one worker's drain time of the 10,000 (release .. last completion) and
                 redis-server CPU per task over it; ratio = large / small"""
 
 #: Non-metric keys in a scenario's result.

@@ -25,8 +25,10 @@ HOUR_MS = 3_600_000
 COST_DELAY_MS = 1_000
 #: Pause between "all workers up" and the first lateness task, so workers are idle and polling.
 SETTLE_S = 1.0
-#: Scale: tasks due now added on top of the K delayed ones, and drained by one worker.
-SCALE_PROBE = 1_000
+#: Scale: tasks due now added on top of the K delayed ones, and drained by one worker.  A
+#: 1,000-task drain lasted 0.1-0.2 s, too short for a stable CPU reading on this host (the
+#: same configuration gave 1M/10k CPU ratios from 1.0 to 1.7); 10,000 last about a second.
+SCALE_PROBE = 10_000
 #: Scale: a size is skipped for a library whose fill takes longer than this.  The estimate
 #: from the small fill includes connecting, so it is only trusted up to 2x this.
 SCALE_FILL_LIMIT_S = 60.0
@@ -256,9 +258,9 @@ def _redis_cpu_s(ctx: Context) -> float:
 def scale(ctx: Context, lib: str) -> dict[str, Any]:
     """Promotion + reservation cost with K = 10k and 1M tasks delayed by 1 h already waiting.
 
-    Fill K delayed tasks (bulk API, else 64 concurrent enqueues), add 1,000
+    Fill K delayed tasks (bulk API, else 64 concurrent enqueues), add 10,000
     tasks due in 1 s on top, wait until they are due, then release one worker
-    (plus sidecars) and time the drain of those 1,000 (release .. last
+    (plus sidecars) and time the drain of those 10,000 (release .. last
     completion), with redis-server user+sys CPU per task over that drain.  A
     size is skipped when its fill would take over 120 s at the rate measured for
     the smaller size, or does not finish within 120 s (2 x SCALE_FILL_LIMIT_S:
