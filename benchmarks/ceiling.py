@@ -53,11 +53,18 @@ TRIVIAL_SCRIPT = "return 1"
 SEQUENTIAL_SLICES = 5
 #: Task ids for the loops that store tasks: fresh across slices, so no send is a duplicate.
 _task_numbers = itertools.count()
+#: The body every stored task carries (the 20-byte payload, as in the scenarios).
+TASK_BODY = json.dumps({"payload": PAYLOAD, "due": 0}).encode()
 FLOOR_SEND_SCRIPT = """
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 return 1
 """
+
+
+def fresh_task_ids(n: int) -> list[str]:
+    """``n`` task ids not used before in this process, 12 characters like generated ones."""
+    return [f"{next(_task_numbers):012d}" for _ in range(n)]
 
 
 async def evalsha_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
@@ -83,21 +90,19 @@ async def send_lua_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
     """
     topic = TopicKeys.build("ceiling", "t")
     keys = waiting_keys(topic)
-    body = json.dumps({"payload": PAYLOAD, "due": 0}).encode()
-    ids = [f"{next(_task_numbers):012d}" for _ in range(n)]  # generated ids are 12 characters
-    for task_id in ids:
+    for task_id in fresh_task_ids(n):
         await client.evalsha(
-            sha, len(keys), *keys, task_id, "d", 3_600_000, 0, 0, body, 5000, topic.wake
+            sha, len(keys), *keys, task_id, "d", 3_600_000, 0, 0, TASK_BODY, 5000, topic.wake
         )
 
 
 async def floor_send_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
     """``n`` awaited EVALSHA calls of :data:`FLOOR_SEND_SCRIPT`, arguments built beforehand."""
-    body = json.dumps({"payload": PAYLOAD, "due": 0}).encode()
     due = int(time.time() * 1000) + 3_600_000
-    ids = [f"{next(_task_numbers):012d}" for _ in range(n)]
-    for task_id in ids:
-        await client.evalsha(sha, 2, "ceiling:floor:tasks", "ceiling:floor:due", task_id, body, due)
+    for task_id in fresh_task_ids(n):
+        await client.evalsha(
+            sha, 2, "ceiling:floor:tasks", "ceiling:floor:due", task_id, TASK_BODY, due
+        )
 
 
 async def lpush_pipelined(client: aioredis.Redis, sha: str, n: int) -> None:
@@ -181,11 +186,12 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
             "floor_send_seq": (single, floor_send_sequential, floor_sha),
             "evalsha_pooled": (pooled, evalsha_sequential, sha),
         }
+        pipelined = {
+            "lpush_pipe": (single, lpush_pipelined, sha),
+            "evalsha_pipe": (single, evalsha_pipelined, sha),
+        }
         metrics = await interleaved(probe, sequential, n_seq, SEQUENTIAL_SLICES)
-        for name, work in (("lpush_pipe", lpush_pipelined), ("evalsha_pipe", evalsha_pipelined)):
-            seconds, cpu = await timed(single, probe, work, sha, n_pipe)
-            metrics[f"{name}_rate"] = rate(n_pipe, seconds)
-            metrics[f"{name}_cpu_usec"] = cpu * 1e6 / n_pipe
+        metrics |= await interleaved(probe, pipelined, n_pipe, 1)  # one after the other
     finally:
         for client in (single, pooled, probe):
             await client.aclose()
