@@ -44,8 +44,8 @@ COST_COLUMNS = [
 ]
 #: Same for the scale table (only printed when the scale scenario ran).
 SCALE_COLUMNS = [
-    ("scale_small_ms", "small: 1k drain ms", "ms"),
-    ("scale_large_ms", "large: 1k drain ms", "ms"),
+    ("scale_small_ms", "small: drain ms", "ms"),
+    ("scale_large_ms", "large: drain ms", "ms"),
     ("scale_ratio", "ratio", "dec"),
     ("scale_small_cpu_usec", "small cpu us/task", "dec"),
     ("scale_large_cpu_usec", "large cpu us/task", "dec"),
