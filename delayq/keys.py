@@ -6,7 +6,8 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:wheel      ZSET  slot number -> lower bound ms of the slot
     delayq:{shop:order.close}:slot:<n>   ZSET  id -> due ms, <= 128 entries (delayed and ready)
     delayq:{shop:order.close}:tasks:<b>  HASH  id -> header "attempts,token,max,ttr,enqueued,due",
-                                               id + NUL byte -> body JSON (b: sha1(id)[:3], hex)
+                                               id + NUL byte -> body JSON (b: from sha1(id), hex)
+    delayq:{shop:order.close}:buckets    STRING number of task buckets (absent: 4,096)
     delayq:{shop:order.close}:reserved   ZSET  id -> lease deadline ms
     delayq:{shop:order.close}:dead       ZSET  id -> dead-lettered at ms
     delayq:{shop:order.close}:errors     HASH  id -> last error
@@ -85,6 +86,8 @@ class TopicKeys:
     errors: str
     seq: str
     wake: str
+    buckets: str
+    """How many task buckets the topic has (absent: ``BUCKETS_MIN``); see :meth:`bucket`."""
 
     @classmethod
     def build(cls, queue: str, topic: str) -> TopicKeys:
@@ -99,17 +102,34 @@ class TopicKeys:
             errors=base + "errors",
             seq=base + "seq",
             wake=base + "wake",
+            buckets=base + "buckets",
         )
 
-    def bucket(self, task_id: str) -> str:
-        """The HASH holding ``task_id``'s header and body (as ``_layout.lua`` picks it)."""
-        return f"{self.prefix}tasks:{hashlib.sha1(task_id.encode()).hexdigest()[:3]}"
+    def bucket(self, task_id: str, count: int = 0) -> str:
+        """The HASH holding ``task_id``'s header and body when the topic has ``count`` buckets.
+
+        ``count`` is what the :attr:`buckets` key holds; 0 (or the key being absent)
+        means ``BUCKETS_MIN``.  Mirrors ``bucket_of`` in ``_layout.lua``.
+        """
+        count = max(count, BUCKETS_MIN)
+        level = BUCKETS_MIN
+        while level * 2 <= count:
+            level *= 2
+        digest = hashlib.sha1(task_id.encode()).hexdigest()
+        hashed = int(digest[:3], 16) + 4096 * int(digest[3:8], 16)
+        number = hashed % (2 * level)
+        if number >= count:
+            number = hashed % level
+        return f"{self.prefix}tasks:{number:03x}"
 
     def slot(self, number: bytes | str) -> str:
         """The schedule slot (ZSET id -> due ms) named ``number`` in the wheel."""
         name = number.decode() if isinstance(number, bytes) else number
         return f"{self.prefix}slot:{name}"
 
+
+BUCKETS_MIN = 4096
+"""Task buckets a topic starts with; they split one by one as it grows (``_layout.lua``)."""
 
 BODY_FIELD_SUFFIX = "\0"
 """A task's body is stored in its bucket under its id plus this (ids hold no control characters)."""

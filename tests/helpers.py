@@ -84,7 +84,8 @@ async def task_fields(
     """The (header, body) stored for ``task_id`` in its bucket, None where missing."""
     from delayq.keys import BODY_FIELD_SUFFIX
 
-    header, body = await redis.hmget(keys.bucket(task_id), [task_id, task_id + BODY_FIELD_SUFFIX])
+    bucket = keys.bucket(task_id, int(await redis.get(keys.buckets) or 0))
+    header, body = await redis.hmget(bucket, [task_id, task_id + BODY_FIELD_SUFFIX])
     return header, body
 
 
@@ -94,7 +95,7 @@ async def overwrite_task(
     """Replace a stored task's header and body by hand (``body=None`` deletes the body)."""
     from delayq.keys import BODY_FIELD_SUFFIX
 
-    bucket = keys.bucket(task_id)
+    bucket = keys.bucket(task_id, int(await redis.get(keys.buckets) or 0))
     await redis.hset(bucket, task_id, header)
     if body is None:
         await redis.hdel(bucket, task_id + BODY_FIELD_SUFFIX)

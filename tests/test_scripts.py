@@ -651,7 +651,9 @@ async def _snapshot(redis_client: redis.asyncio.Redis, queue: Queue) -> dict[byt
     return {key: await redis_client.dump(key) for key in keys}
 
 
-@pytest.mark.parametrize("garbled", ["wheel", "slot", "slots", "bucket", "dead", "errors"])
+@pytest.mark.parametrize(
+    "garbled", ["wheel", "slot", "slots", "bucket", "buckets", "dead", "errors"]
+)
 async def test_a_send_meeting_a_key_of_the_wrong_type_changes_nothing(
     queue: Queue, redis_client: redis.asyncio.Redis, garbled: str
 ) -> None:
@@ -666,13 +668,14 @@ async def test_a_send_meeting_a_key_of_the_wrong_type_changes_nothing(
         "slot": keys.slot((await redis_client.zrange(keys.wheel, 0, 0))[0]),
         "slots": keys.prefix + "slots",
         "bucket": keys.bucket(task_id),
+        "buckets": keys.buckets,
         "dead": keys.dead,
         "errors": keys.errors,
     }[garbled]
     if garbled == "slots":
         await redis_client.delete(keys.wheel)  # so that the send must number a new slot
     await redis_client.delete(key)
-    if garbled == "slots":  # a string counter: garbage of another type
+    if garbled in ("slots", "buckets"):  # string counters: garbage of another type
         await redis_client.hset(key, "garbage", 1)
     else:
         await redis_client.set(key, "garbage")

@@ -1,9 +1,10 @@
 -- _layout.lua: where a task lives, inlined by the loader into every script that touches tasks.
 -- Small keys keep Redis's compact listpack encoding (hash/zset-max-listpack-entries 128,
 -- -value 64 by default), which costs a quarter of a hashtable or skiplist per entry:
---   <prefix>tasks:<b>   HASH, b = first 3 hex digits of sha1(id) (4,096 buckets):
+--   <prefix>tasks:<b>   HASH, b = bucket number in hex, at least 3 digits (see bucket_of):
 --                       field <id> -> header "attempts,token,max,ttr,enqueued,due",
 --                       field <id>\0 -> body JSON (apart, so a small body stays under 64 bytes)
+--   <prefix>buckets     STRING number of buckets (absent: BUCKETS_MIN), grows as they split
 --   <prefix>slot:<n>    ZSET id -> due ms, at most SLOT_MAX entries (the schedule, cut in slots)
 --   <prefix>wheel       ZSET n -> the slot's lower bound ms (every entry of the slot is >= it)
 --   <prefix>slots       STRING counter that numbers new slots
@@ -14,16 +15,146 @@
 
 local SLOT_MAX = 128
 
--- Remembered for the rest of the call: most scripts read and then write each task.
+-- Buckets split as a topic grows (linear hashing), so that each stays a listpack: a bucket
+-- past 128 fields turns into a hashtable, and at a million tasks in 4,096 buckets that made
+-- the bucket commands 2-10x as costly.  There are `bucket_count` buckets, numbered from 0;
+-- `level` is the largest power of two (>= BUCKETS_MIN) not above it.  An id hashes to a
+-- 32-bit h; its bucket is h mod 2*level, or h mod level when that bucket does not exist yet.
+-- A split divides bucket (count - level) by the next bit of h into itself and bucket
+-- `count`, so one split moves only that bucket's tasks and every other id keeps its bucket.
+-- The low 12 bits of h are the first 3 hex digits of sha1(id): the 4,096 buckets of a
+-- topic that never split are the buckets of delayq's earlier fixed layout.
+local BUCKETS_MIN = 4096
+local BUCKET_SPLIT_FIELDS = 64  -- a send into a bucket already this full splits one bucket
+-- Splits are for keeping buckets listpacks.  A body longer than hash-max-listpack-value's
+-- default makes its bucket a hashtable whatever its size, and Redis never turns a hashtable
+-- back into a listpack, so neither such a send nor a send into such a bucket splits one:
+-- splitting hashtable buckets doubled the time to fill a 1M-task topic with 68-byte bodies
+-- and took 7% more memory, and a topic grown to hashtables before delayq split buckets
+-- would have paid a split of a ~500-field bucket on each send.
+local LISTPACK_VALUE_MAX = 64
+local bucket_count, level
+
+-- Read the bucket count before anything else in a script that touches tasks; returns an
+-- error reply (nothing written yet) when the count key holds something else than a count.
+local function load_buckets(prefix)
+  local raw = redis.call('GET', prefix .. 'buckets')
+  bucket_count = BUCKETS_MIN
+  if raw then
+    bucket_count = tonumber(raw)
+    if not bucket_count or bucket_count ~= math.floor(bucket_count)
+        or bucket_count < BUCKETS_MIN or bucket_count >= 2 ^ 32 then
+      return redis.error_reply('ERR delayq key ' .. prefix .. 'buckets holds "' .. raw .. '", not a bucket count')
+    end
+  end
+  level = BUCKETS_MIN
+  while level * 2 <= bucket_count do
+    level = level * 2
+  end
+  return nil
+end
+
+local function hex_hash(hex)
+  return tonumber(string.sub(hex, 1, 3), 16) + 4096 * tonumber(string.sub(hex, 4, 8), 16)
+end
+
+local function id_hash(id)
+  return hex_hash(redis.sha1hex(id))
+end
+
+local function bucket_name(prefix, n)
+  return prefix .. 'tasks:' .. string.format('%03x', n)
+end
+
+local function bucket_number(h)
+  local n = h % (2 * level)
+  if n >= bucket_count then
+    n = h % level
+  end
+  return n
+end
+
+-- Remembered for the rest of the call (most scripts read and then write each task); a
+-- split forgets them.
 local buckets = {}
 
 local function bucket_of(prefix, id)
   local bucket = buckets[id]
   if not bucket then
-    bucket = prefix .. 'tasks:' .. string.sub(redis.sha1hex(id), 1, 3)
+    -- Below 4,096 a bucket number is the first 3 hex digits, and a topic that never split
+    -- (most) needs no arithmetic: this runs once per task in every script.
+    local hex = redis.sha1hex(id)
+    local suffix = string.sub(hex, 1, 3)
+    if bucket_count > BUCKETS_MIN then
+      local n = bucket_number(hex_hash(hex))
+      if n >= BUCKETS_MIN then
+        suffix = string.format('%x', n)
+      end
+    end
+    bucket = prefix .. 'tasks:' .. suffix
     buckets[id] = bucket
   end
   return bucket
+end
+
+local function still_listpack(bucket)
+  return redis.call('OBJECT', 'ENCODING', bucket) ~= 'hashtable'  -- true for no bucket yet
+end
+
+-- Whether a new task sent to `id`'s bucket should split one bucket (not necessarily this
+-- one: linear hashing splits in bucket order, and the load evens out as the count grows).
+local function bucket_full(prefix, id, body)
+  local bucket = bucket_of(prefix, id)
+  return #body <= LISTPACK_VALUE_MAX
+    and redis.call('HLEN', bucket) >= BUCKET_SPLIT_FIELDS and still_listpack(bucket)
+end
+
+-- Read the buckets the next `k` splits will read and write: a script calls this before its
+-- first write (Redis does not roll a script back, so a key garbled by hand must fail the
+-- call before anything changed) and may then split after its other writes.
+local function check_splits(prefix, k)
+  local count, lvl = bucket_count, level
+  for _ = 1, k do
+    redis.call('HLEN', bucket_name(prefix, count - lvl))
+    redis.call('HLEN', bucket_name(prefix, count))
+    count = count + 1
+    if count == 2 * lvl then
+      lvl = 2 * lvl
+    end
+  end
+end
+
+-- Split the next bucket in line (checked first with check_splits).
+local function split_bucket(prefix)
+  local from_n = bucket_count - level
+  local from, to = bucket_name(prefix, from_n), bucket_name(prefix, bucket_count)
+  local fields = redis.call('HGETALL', from)
+  local moved, names, goes = {}, {}, {}
+  for i = 1, #fields, 2 do
+    local field = fields[i]
+    local id = string.byte(field, -1) == 0 and string.sub(field, 1, -2) or field
+    if goes[id] == nil then
+      goes[id] = id_hash(id) % (2 * level) ~= from_n
+    end
+    if goes[id] then
+      moved[#moved + 1] = field
+      moved[#moved + 1] = fields[i + 1]
+      names[#names + 1] = field
+    end
+  end
+  -- In chunks: Lua's unpack() takes at most ~8,000 values, and a bucket may have grown
+  -- large (a hashtable, in a topic of mixed body sizes) before its turn came.
+  for i = 1, #names, 1000 do
+    local last = math.min(i + 999, #names)
+    redis.call('HSET', to, unpack(moved, 2 * i - 1, 2 * last))
+    redis.call('HDEL', from, unpack(names, i, last))
+  end
+  bucket_count = bucket_count + 1
+  if bucket_count == 2 * level then
+    level = 2 * level
+  end
+  redis.call('SET', prefix .. 'buckets', bucket_count)
+  buckets = {}
 end
 
 local function body_field(id)

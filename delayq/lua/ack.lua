@@ -9,7 +9,7 @@
 --@include _envelope
 --@include _layout
 local prefix, reserved, errors = KEYS[1], KEYS[2], KEYS[3]
-local bad = check_types({ [reserved] = 'zset', [errors] = 'hash' })
+local bad = check_types({ [reserved] = 'zset', [errors] = 'hash' }) or load_buckets(prefix)
 if bad then
   return bad
 end

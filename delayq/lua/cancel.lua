@@ -10,6 +10,7 @@
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash' })
+  or load_buckets(prefix)
 if bad then
   return bad
 end

@@ -8,6 +8,10 @@
 --@include _layout
 local prefix, dead, errors = KEYS[1], KEYS[2], KEYS[3]
 local offset, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local bad = load_buckets(prefix)
+if bad then
+  return bad
+end
 local out = { now_ms() }
 local page = redis.call('ZRANGE', dead, offset, offset + limit - 1, 'WITHSCORES')
 for i = 1, #page, 2 do

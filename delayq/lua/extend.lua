@@ -7,6 +7,10 @@
 --@include _layout
 local prefix, reserved = KEYS[1], KEYS[2]
 local id, token, extra = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local bad = load_buckets(prefix)
+if bad then
+  return bad
+end
 local raw = read_header(prefix, id)
 local e = raw and parse_header(raw)
 local deadline = redis.call('ZSCORE', reserved, id)

@@ -10,6 +10,10 @@
 --@include _layout
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id = ARGV[1]
+local bad = load_buckets(prefix)
+if bad then
+  return bad
+end
 local raw, body = read_task(prefix, id)
 if not raw then
   return nil

@@ -18,7 +18,7 @@ local id, token, mode = ARGV[1], ARGV[2], ARGV[3]
 local delay, err, default_max, channel = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 
 local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
-  [errors] = 'hash', [slot_counter(prefix)] = 'string' })
+  [errors] = 'hash', [slot_counter(prefix)] = 'string' }) or load_buckets(prefix)
 if bad then
   return bad
 end

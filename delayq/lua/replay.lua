@@ -9,7 +9,7 @@
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, channel = ARGV[1], ARGV[2]
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
-  [slot_counter(prefix)] = 'string' })
+  [slot_counter(prefix)] = 'string' }) or load_buckets(prefix)
 if bad then
   return bad
 end

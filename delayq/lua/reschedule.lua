@@ -11,6 +11,7 @@ local prefix, wheel = KEYS[1], KEYS[2]
 local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local tolerance, channel = tonumber(ARGV[4]), ARGV[5]
 local bad = check_types({ [wheel] = 'zset', [slot_counter(prefix)] = 'string' })
+  or load_buckets(prefix)
 if bad then
   return bad
 end

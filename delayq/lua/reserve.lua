@@ -21,7 +21,7 @@
 --@include _layout
 local prefix, wheel, reserved, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
-  [errors] = 'hash', [seq] = 'string', [slot_counter(prefix)] = 'string' })
+  [errors] = 'hash', [seq] = 'string', [slot_counter(prefix)] = 'string' }) or load_buckets(prefix)
 if bad then
   return bad
 end

@@ -17,6 +17,10 @@ local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local max_attempts, ttr, body = ARGV[4], ARGV[5], ARGV[6]
 local tolerance, channel = tonumber(ARGV[7]), ARGV[8]
 
+local bad = load_buckets(prefix)
+if bad then
+  return bad
+end
 local now = now_ms()
 local due = due_time(now, mode, value, tolerance)
 if not due then
@@ -29,7 +33,7 @@ end
 -- the call before anything changed.  `dead` and `errors` are only touched for a known id.
 local header = read_header(prefix, id)
 if header then
-  local bad = check_types({ [dead] = 'zset', [errors] = 'hash' })
+  bad = check_types({ [dead] = 'zset', [errors] = 'hash' })
   if bad then
     return bad
   end
@@ -40,7 +44,15 @@ if header then
   end
 end
 
+-- A new task landing in a full bucket splits one (its keys checked before the first write).
+local split = not header and bucket_full(prefix, id, body)
+if split then
+  check_splits(prefix, 1)
+end
 wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
+if split then
+  split_bucket(prefix)
+end
 if header then
   -- A dead task's id is free again: the new send replaces the dead letter.
   redis.call('HDEL', errors, id)

@@ -11,7 +11,7 @@
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tolerance, channel = tonumber(ARGV[1]), ARGV[2]
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
-  [slot_counter(prefix)] = 'string' })
+  [slot_counter(prefix)] = 'string' }) or load_buckets(prefix)
 if bad then
   return bad
 end
@@ -44,7 +44,7 @@ for n, id in ipairs(ids) do
     scheduled[#scheduled + 1] = id
     stored[#stored + 1] = { id,
       new_header(ARGV[i + 3], ARGV[i + 4], now_text, due),
-      ARGV[i + 5] }
+      ARGV[i + 5], existing[n] }
     earliest = math.min(earliest or due, due)
     latest = math.max(latest or due, due)
   end
@@ -56,6 +56,28 @@ end
 bad = check_slots(prefix, wheel, earliest, latest)
 if bad then
   return bad
+end
+-- Each new task that lands in a full bucket splits one bucket, under the rules of
+-- bucket_full in send.lua; the splits come before the stores, which then go to the
+-- buckets of the new count.
+local splits, fill, listpack = 0, {}, {}
+for _, task in ipairs(stored) do
+  if not task[4] and #task[3] <= LISTPACK_VALUE_MAX then
+    local bucket = bucket_of(prefix, task[1])
+    fill[bucket] = (fill[bucket] or redis.call('HLEN', bucket)) + 2
+    if fill[bucket] > BUCKET_SPLIT_FIELDS then
+      if listpack[bucket] == nil then
+        listpack[bucket] = still_listpack(bucket)
+      end
+      if listpack[bucket] then
+        splits = splits + 1
+      end
+    end
+  end
+end
+check_splits(prefix, splits)
+for _ = 1, splits do
+  split_bucket(prefix)
 end
 for _, task in ipairs(stored) do
   redis.call('HSET', bucket_of(prefix, task[1]), task[1], task[2], body_field(task[1]), task[3])

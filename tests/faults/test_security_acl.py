@@ -1,7 +1,7 @@
 """Security: a least-privilege ACL user, and wrong credentials.
 
 The ACL below is the least a delayq user needs: the queue's keys, its wake-up channels, and
-22 commands.  ``test_acl_user_runs_everything_and_needs_every_command`` runs every core
+27 commands.  ``test_acl_user_runs_everything_and_needs_every_command`` runs every core
 operation under it — producer API, dead letters, and a worker process through the CLI —
 and then checks with ``INFO commandstats`` that each allowed command was actually used, so
 the list is both sufficient and minimal for the current scripts (it fails, on purpose,
@@ -22,9 +22,11 @@ import sys
 import pytest
 
 from delayq import Queue, RedisAuthError
+from delayq.keys import BUCKETS_MIN
 from tests.faults.apps.plan import OTHER_TOPIC, WORK_TOPIC
 from tests.faults.checker import assert_no_loss, check, read_log
 from tests.faults.harness import ROOT, Producer, wait_until
+from tests.test_buckets import ids_in_bucket
 
 ACL_COMMANDS = [
     # top level: scripts, start-up checks, the topic set, wake-ups
@@ -32,6 +34,9 @@ ACL_COMMANDS = [
     # inside the scripts
     "time", "type", "zrange", "zadd", "zrem", "zremrangebyrank", "zscore", "zmscore",
     "zcard", "hget", "hmget", "hset", "hdel", "hexists", "incrby", "publish",
+    "get", "hlen",
+    # inside the scripts, only when a task bucket splits (a topic of ~100,000 tasks)
+    "hgetall", "set", "object|encoding",
 ]  # fmt: skip
 # Not needed: ping, unsubscribe (the wake-up connection is closed, not unsubscribed), eval.
 
@@ -79,6 +84,10 @@ async def test_acl_user_runs_everything_and_needs_every_command(
                               task_ids=[f"many-{i}" for i in range(5)])  # fmt: skip
         await producer.send("extends", body={"plan": {"1": [["extend", 10]]}})
         await producer.send("fails", body={"plan": {"1": [["fail"]]}})
+        # Enough tasks in one bucket of a topic of its own to split a bucket.
+        crowded = ids_in_bucket(queue.keys("crowded"), BUCKETS_MIN, 0, 33, "acl")
+        await queue.send_many("crowded", [{}] * 33, delay=3600, task_ids=crowded)
+        assert (await queue.get("crowded", crowded[0])) is not None
         await queue.send_delayed(WORK_TOPIC, {}, 60, task_id="to-cancel")
         await queue.send_delayed(WORK_TOPIC, {}, 60, task_id="to-move")
         assert await queue.reschedule(WORK_TOPIC, "to-move", delay=0)
