@@ -228,3 +228,14 @@ async def test_a_bucket_already_a_hashtable_splits_nothing(
     await queue.send("t", {}, task_id=group[-1])
     await queue.send_many("t", [{}], task_ids=["mixed-extra"])
     assert await redis_client.get(keys.buckets) is None
+
+
+async def test_one_call_splits_at_most_64_buckets(
+    queue: Queue, redis_client: redis.asyncio.Redis
+) -> None:
+    """A batch of ids crafted to land in one bucket asks for a split per id past 32."""
+    keys = queue.keys("t")
+    crowd = ids_in_bucket(keys, BUCKETS_MIN, 0, SPLIT_AT_TASKS + 100, "crowd")
+    await queue.send_many("t", [{}] * len(crowd), delay=60, task_ids=crowd, batch_size=1000)
+    assert await bucket_count(redis_client, keys) == BUCKETS_MIN + 64
+    await assert_each_task_in_its_bucket(redis_client, keys, crowd)

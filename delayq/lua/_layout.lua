@@ -33,6 +33,10 @@ local BUCKET_SPLIT_FIELDS = 64  -- a send into a bucket already this full splits
 -- and took 7% more memory, and a topic grown to hashtables before delayq split buckets
 -- would have paid a split of a ~500-field bucket on each send.
 local LISTPACK_VALUE_MAX = 64
+-- A split costs ~150-300 us; a batch of ids crafted to land in one bucket must not stall
+-- Redis for each of them.  64 a call keeps up with batches of 1,000 (one split per ~17
+-- tasks at the equilibrium load).
+local SPLITS_PER_CALL_MAX = 64
 local bucket_count, level
 
 -- Read the bucket count before anything else in a script that touches tasks; returns an

@@ -75,6 +75,7 @@ for _, task in ipairs(stored) do
     end
   end
 end
+splits = math.min(splits, SPLITS_PER_CALL_MAX)
 check_splits(prefix, splits)
 for _ = 1, splits do
   split_bucket(prefix)
