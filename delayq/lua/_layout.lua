@@ -85,17 +85,15 @@ local buckets = {}
 local function bucket_of(prefix, id)
   local bucket = buckets[id]
   if not bucket then
-    -- Below 4,096 a bucket number is the first 3 hex digits, and a topic that never split
-    -- (most) needs no arithmetic: this runs once per task in every script.
+    -- A topic that never split (most) is addressed by the first 3 hex digits, which is
+    -- what bucket_name gives there, without the arithmetic: this runs once per task in
+    -- every script.
     local hex = redis.sha1hex(id)
-    local suffix = string.sub(hex, 1, 3)
-    if bucket_count > BUCKETS_MIN then
-      local n = bucket_number(hex_hash(hex))
-      if n >= BUCKETS_MIN then
-        suffix = string.format('%x', n)
-      end
+    if bucket_count == BUCKETS_MIN then
+      bucket = prefix .. 'tasks:' .. string.sub(hex, 1, 3)
+    else
+      bucket = bucket_name(prefix, bucket_number(hex_hash(hex)))
     end
-    bucket = prefix .. 'tasks:' .. suffix
     buckets[id] = bucket
   end
   return bucket
@@ -113,24 +111,29 @@ local function bucket_full(prefix, id, body)
     and redis.call('HLEN', bucket) >= BUCKET_SPLIT_FIELDS and still_listpack(bucket)
 end
 
+-- With `count` buckets at `lvl`: the bucket the next split divides, and the count and
+-- level after it (the split creates bucket number `count`).
+local function next_split(count, lvl)
+  local grown = count + 1
+  return count - lvl, grown, grown == 2 * lvl and grown or lvl
+end
+
 -- Read the buckets the next `k` splits will read and write: a script calls this before its
 -- first write (Redis does not roll a script back, so a key garbled by hand must fail the
 -- call before anything changed) and may then split after its other writes.
 local function check_splits(prefix, k)
   local count, lvl = bucket_count, level
   for _ = 1, k do
-    redis.call('HLEN', bucket_name(prefix, count - lvl))
+    local from_n, grown, next_level = next_split(count, lvl)
+    redis.call('HLEN', bucket_name(prefix, from_n))
     redis.call('HLEN', bucket_name(prefix, count))
-    count = count + 1
-    if count == 2 * lvl then
-      lvl = 2 * lvl
-    end
+    count, lvl = grown, next_level
   end
 end
 
 -- Split the next bucket in line (checked first with check_splits).
 local function split_bucket(prefix)
-  local from_n = bucket_count - level
+  local from_n, grown, next_level = next_split(bucket_count, level)
   local from, to = bucket_name(prefix, from_n), bucket_name(prefix, bucket_count)
   local fields = redis.call('HGETALL', from)
   local moved, names, goes = {}, {}, {}
@@ -153,10 +156,7 @@ local function split_bucket(prefix)
     redis.call('HSET', to, unpack(moved, 2 * i - 1, 2 * last))
     redis.call('HDEL', from, unpack(names, i, last))
   end
-  bucket_count = bucket_count + 1
-  if bucket_count == 2 * level then
-    level = 2 * level
-  end
+  bucket_count, level = grown, next_level
   redis.call('SET', prefix .. 'buckets', bucket_count)
   buckets = {}
 end
