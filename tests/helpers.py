@@ -78,13 +78,20 @@ async def expire_lease(redis: redis.asyncio.Redis, keys: TopicKeys, task_id: str
     await redis.zadd(keys.reserved, {task_id: 1}, xx=True)
 
 
+async def bucket_count(redis: redis.asyncio.Redis, keys: TopicKeys) -> int:
+    """How many task buckets the topic has now (the ``buckets`` key, absent: BUCKETS_MIN)."""
+    from delayq.keys import BUCKETS_MIN
+
+    return int(await redis.get(keys.buckets) or BUCKETS_MIN)
+
+
 async def task_fields(
     redis: redis.asyncio.Redis, keys: TopicKeys, task_id: str
 ) -> tuple[bytes | None, bytes | None]:
     """The (header, body) stored for ``task_id`` in its bucket, None where missing."""
     from delayq.keys import BODY_FIELD_SUFFIX
 
-    bucket = keys.bucket(task_id, int(await redis.get(keys.buckets) or 0))
+    bucket = keys.bucket(task_id, await bucket_count(redis, keys))
     header, body = await redis.hmget(bucket, [task_id, task_id + BODY_FIELD_SUFFIX])
     return header, body
 
@@ -95,7 +102,7 @@ async def overwrite_task(
     """Replace a stored task's header and body by hand (``body=None`` deletes the body)."""
     from delayq.keys import BODY_FIELD_SUFFIX
 
-    bucket = keys.bucket(task_id, int(await redis.get(keys.buckets) or 0))
+    bucket = keys.bucket(task_id, await bucket_count(redis, keys))
     await redis.hset(bucket, task_id, header)
     if body is None:
         await redis.hdel(bucket, task_id + BODY_FIELD_SUFFIX)

@@ -13,7 +13,7 @@ import redis.asyncio
 
 from delayq import Queue, RedisCommandError
 from delayq.keys import BODY_FIELD_SUFFIX, BUCKETS_MIN, TopicKeys
-from tests.helpers import reserve
+from tests.helpers import bucket_count, reserve
 
 SPLIT_AT_TASKS = 32  # a send into a bucket holding 32 tasks (64 fields) splits one bucket
 
@@ -25,10 +25,6 @@ def ids_in_bucket(keys: TopicKeys, count: int, number: int, how_many: int, tag: 
     return list(
         itertools.islice((i for i in candidates if keys.bucket(i, count) == wanted), how_many)
     )
-
-
-async def bucket_count(redis_client: redis.asyncio.Redis, keys: TopicKeys) -> int:
-    return int(await redis_client.get(keys.buckets) or BUCKETS_MIN)
 
 
 async def assert_each_task_in_its_bucket(
