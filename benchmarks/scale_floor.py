@@ -30,20 +30,17 @@ from typing import Any
 
 import redis.asyncio
 
+from benchmarks.ceiling import redis_cpu_seconds
 from benchmarks.common import emit
 from delayq import Queue
 from delayq.task import Envelope
+from tests.helpers import bucket_count
 from tests.redis_server import RedisServer
 
 PROBE = 10_000
 SIZES = {"small": 10_000, "large": 1_000_000}
 BUCKET_COMMANDS = ("hget", "hmget", "hset", "hdel", "hlen")
 BODY = {"order_id": 1234567}
-
-
-async def cpu_seconds(client: redis.asyncio.Redis) -> float:
-    info = await client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 async def fill_delayq(queue: Queue, n: int) -> None:
@@ -57,7 +54,7 @@ async def drain(queue: Queue) -> dict[str, float]:
     await queue.send_many("t", [BODY] * PROBE, batch_size=1000)
     client, keys = queue.redis, queue.keys("t")
     await client.config_resetstat()
-    cpu_before = await cpu_seconds(client)
+    cpu_before = await redis_cpu_seconds(client)
     done = 0
     while done < PROBE:
         _, _, items = await queue.scripts.reserve(
@@ -67,7 +64,7 @@ async def drain(queue: Queue) -> dict[str, float]:
             keys, [(task_id, Envelope.parse(raw).token) for task_id, raw in items]
         )
         done += sum(acked)
-    cpu = await cpu_seconds(client) - cpu_before
+    cpu = await redis_cpu_seconds(client) - cpu_before
     stats = await client.info("commandstats")
     buckets = sum(stats.get(f"cmdstat_{c}", {}).get("usec", 0) for c in BUCKET_COMMANDS)
     return {
@@ -119,8 +116,7 @@ async def measure(rounds: int) -> dict[str, Any]:
                 for name, value in got.items():
                     samples[size].setdefault(name, []).append(value)
         buckets = {
-            size: int(await queues[size].redis.get(queues[size].keys("t").buckets) or 4096)
-            for size in SIZES
+            size: await bucket_count(queues[size].redis, queues[size].keys("t")) for size in SIZES
         }
         medians = {
             size: {name: statistics.median(values) for name, values in found.items()}
