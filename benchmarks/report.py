@@ -219,6 +219,7 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
         line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
         line("sequential EVALSHA of a 2-write store script (floor)", "floor_send_seq"),
+        line("sequential EVALSHA of a compact-layout store (floor)", "compact_send_seq"),
         line("pipelined EVALSHA 'return 1' (1,000 per batch)", "evalsha_pipe"),
         line("pipelined LPUSH (1,000 per batch)", "lpush_pipe"),
     ]
@@ -229,6 +230,12 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         lines.append(
             f"  the 2-write store script = {floor / single:.2f}x the one-connection ceiling"
             " (about the most a send made of one Lua script can reach)"
+        )
+    compact = ceiling.get("compact_send_seq_rate")
+    if compact and single:
+        lines.append(
+            f"  the compact-layout store = {compact / single:.2f}x the one-connection ceiling"
+            " (about the most a send into a layout as small as delayq's can reach)"
         )
     for lib in results["meta"]["libs"]:
         enqueue = results["summary"].get(lib, {}).get("enqueue_rate")
