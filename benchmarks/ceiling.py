@@ -6,6 +6,9 @@
   through a ``BlockingConnectionPool`` with the settings ``delayq.Queue.from_url``
   uses (``max_connections=100``, ``timeout=10``, one retry), which is what any
   concurrency-safe client pays per call to borrow and return a connection;
+* sequential ``EVALSHA`` of ``return 1`` carrying ``send.lua``'s twelve keys and
+  arguments, on one connection: what passing a task's arguments costs by itself (the
+  asyncio client packs each argument in Python);
 * sequential ``EVALSHA`` of delayq's own ``send.lua`` with arguments built beforehand,
   on one connection: a send without delayq's Python, i.e. how much of the gap to the
   trivial script is the script's work in Redis;
@@ -22,7 +25,7 @@
   script, in non-transactional pipelines of 1,000 — roughly what a bulk enqueue
   can approach.
 
-The five sequential loops run in turn, a fifth of each at a time (see
+The six sequential loops run in turn, a fifth of each at a time (see
 :data:`SEQUENTIAL_SLICES`), so that they can be compared with each other.
 For each, the redis-server process's user+sys CPU (``INFO cpu``) per request is
 reported too: the floor of Redis CPU per request on this machine, whatever the
@@ -108,18 +111,27 @@ async def evalsha_pipelined(client: aioredis.Redis, sha: str, n: int) -> None:
         await pipe.execute()
 
 
+def send_lua_arguments(task_id: str) -> tuple[Any, ...]:
+    """numkeys, KEYS and ARGV of a ``send.lua`` call that stores ``task_id`` (1 h delay)."""
+    topic = TopicKeys.build("ceiling", "t")
+    keys = waiting_keys(topic)
+    return (len(keys), *keys, task_id, "d", 3_600_000, 0, 0, TASK_BODY, 5000, topic.wake)
+
+
+async def evalsha_send_arguments(client: aioredis.Redis, sha: str, n: int) -> None:
+    """``n`` awaited EVALSHA calls of ``return 1`` with ``send.lua``'s arguments."""
+    for task_id in fresh_task_ids(n):
+        await client.evalsha(sha, *send_lua_arguments(task_id))
+
+
 async def send_lua_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
     """``n`` awaited EVALSHA calls of delayq's ``send.lua``, arguments built beforehand.
 
     What a ``send_delayed`` costs without delayq's Python: the Redis side of its script
     and the redis-py client, nothing else.
     """
-    topic = TopicKeys.build("ceiling", "t")
-    keys = waiting_keys(topic)
     for task_id in fresh_task_ids(n):
-        await client.evalsha(
-            sha, len(keys), *keys, task_id, "d", 3_600_000, 0, 0, TASK_BODY, 5000, topic.wake
-        )
+        await client.evalsha(sha, *send_lua_arguments(task_id))
 
 
 async def floor_send_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
@@ -218,6 +230,7 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
         await pooled.ping()  # connect outside the timed loop, as single does on script_load
         sequential = {
             "evalsha_seq": (single, evalsha_sequential, sha),
+            "evalsha_args_seq": (single, evalsha_send_arguments, sha),
             "send_lua_seq": (single, send_lua_sequential, send_sha),
             "floor_send_seq": (single, floor_send_sequential, floor_sha),
             "compact_send_seq": (single, compact_send_sequential, compact_sha),

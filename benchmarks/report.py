@@ -217,6 +217,7 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         "Ceiling, bare redis-py (same run; redis-server CPU = INFO cpu user+sys / requests):",
         line("sequential EVALSHA 'return 1', one connection", "evalsha_seq"),
         line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
+        line("sequential EVALSHA 'return 1' with send.lua's 12 arguments", "evalsha_args_seq"),
         line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
         line("sequential EVALSHA of a 2-write store script (floor)", "floor_send_seq"),
         line("sequential EVALSHA of a compact-layout store (floor)", "compact_send_seq"),
@@ -230,6 +231,12 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         lines.append(
             f"  the 2-write store script = {floor / single:.2f}x the one-connection ceiling"
             " (about the most a send made of one Lua script can reach)"
+        )
+    with_args = ceiling.get("evalsha_args_seq_rate")
+    if with_args and single:
+        lines.append(
+            f"  'return 1' with send.lua's arguments = {with_args / single:.2f}x the one-connection"
+            " ceiling (what carrying a task's arguments costs by itself)"
         )
     compact = ceiling.get("compact_send_seq_rate")
     if compact and single:
