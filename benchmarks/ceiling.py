@@ -6,10 +6,9 @@
   through a ``BlockingConnectionPool`` with the settings ``delayq.Queue.from_url``
   uses (``max_connections=100``, ``timeout=10``, one retry), which is what any
   concurrency-safe client pays per call to borrow and return a connection;
-* sequential ``EVALSHA`` of ``return 1`` carrying ``send.lua``'s key and arguments, on
-  one connection: what passing a task's arguments costs by itself (the asyncio client
-  packs each argument in Python; the twelve send.lua took until 2026-11-24 cost 8-19% of
-  the bare rate, the four it takes now ~10% in the first run with them);
+* sequential ``EVALSHA`` of ``return 1`` carrying ``send.lua``'s twelve keys and
+  arguments, on one connection: what passing a task's arguments costs by itself (the
+  asyncio client packs each argument in Python);
 * sequential ``EVALSHA`` of delayq's own ``send.lua`` with arguments built beforehand,
   on one connection: a send without delayq's Python, i.e. how much of the gap to the
   trivial script is the script's work in Redis;
@@ -53,7 +52,7 @@ from redis.backoff import NoBackoff
 
 from benchmarks.common import PAYLOAD, emit, rate, stopwatch
 from delayq.keys import TopicKeys
-from delayq.scripts import lua_source, send_arguments
+from delayq.scripts import lua_source, waiting_keys
 
 PIPELINE_BATCH = 1000
 TRIVIAL_SCRIPT = "return 1"
@@ -115,7 +114,8 @@ async def evalsha_pipelined(client: aioredis.Redis, sha: str, n: int) -> None:
 def send_lua_arguments(task_id: str) -> tuple[Any, ...]:
     """numkeys, KEYS and ARGV of a ``send.lua`` call that stores ``task_id`` (1 h delay)."""
     topic = TopicKeys.build("ceiling", "t")
-    return (1, topic.prefix, *send_arguments(task_id, 3_600_000, TASK_BODY))
+    keys = waiting_keys(topic)
+    return (len(keys), *keys, task_id, "d", 3_600_000, 0, 0, TASK_BODY, 5000, topic.wake)
 
 
 async def evalsha_send_arguments(client: aioredis.Redis, sha: str, n: int) -> None:

@@ -217,7 +217,7 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         "Ceiling, bare redis-py (same run; redis-server CPU = INFO cpu user+sys / requests):",
         line("sequential EVALSHA 'return 1', one connection", "evalsha_seq"),
         line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
-        line("sequential EVALSHA 'return 1' with send.lua's args", "evalsha_args_seq"),
+        line("sequential EVALSHA 'return 1' with send.lua's 12 args", "evalsha_args_seq"),
         line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
         line("sequential EVALSHA of a 2-write store script (floor)", "floor_send_seq"),
         line("sequential EVALSHA of a compact-layout store (floor)", "compact_send_seq"),

@@ -34,7 +34,7 @@ import redis
 from benchmarks.ceiling import COMPACT_SEND_SCRIPT, TASK_BODY
 from benchmarks.common import emit
 from delayq.keys import TopicKeys
-from delayq.scripts import lua_source, send_arguments
+from delayq.scripts import lua_source, waiting_keys
 from tests.redis_server import RedisServer
 
 HOUR_MS = 3_600_000
@@ -44,8 +44,7 @@ PARTS: dict[str, tuple[str, str]] = {
         "local bad = load_buckets(prefix)",
         "bucket_count, level = BUCKETS_MIN, BUCKETS_MIN\nlocal bad = nil",
     ),
-    # The clock comes from the caller instead, after send.lua's optional arguments.
-    "server clock (TIME)": ("local now = now_ms()", "local now = tonumber(ARGV[7])"),
+    "server clock (TIME)": ("local now = now_ms()", "local now = tonumber(ARGV[9])"),
     "idempotency read (HGET)": ("local header = read_header(prefix, id)", "local header = nil"),
     "split check (HLEN)": (
         "local split = not header and bucket_full(prefix, id, body)",
@@ -91,14 +90,12 @@ def caller(name: str, client: redis.Redis, sha: str, topic: str) -> Callable[[st
         return lambda task_id: client.evalsha(
             sha, 2, prefix, prefix + "wheel", task_id, _now_ms() + HOUR_MS, TASK_BODY
         )
-    prefix = TopicKeys.build("parts", topic).prefix
-    if "(TIME)" in name:
-        return lambda task_id: client.evalsha(
-            sha, 1, prefix, *send_arguments(task_id, HOUR_MS, TASK_BODY), 0, 0, 0, _now_ms()
-        )
+    keys = TopicKeys.build("parts", topic)
+    waiting = waiting_keys(keys)
     return lambda task_id: client.evalsha(
-        sha, 1, prefix, *send_arguments(task_id, HOUR_MS, TASK_BODY)
-    )
+        sha, len(waiting), *waiting, task_id, "d", HOUR_MS, 0, 0, TASK_BODY, 5000, keys.wake,
+        _now_ms(),
+    )  # fmt: skip
 
 
 def _now_ms() -> int:

@@ -288,24 +288,21 @@ class Queue:
             raise InvalidInputError(f"batch_size must be an int in [1, 1000], got {batch_size!r}")
         ttr_ms, attempts = task_overrides(ttr, max_attempts)
         adapter = self._adapter(topic)
-        # Two more fields a task only when it overrides a default (see send_many.lua).
-        overrides: tuple[int, ...] = (attempts, ttr_ms) if attempts or ttr_ms else ()
-        per_task = 3 + len(overrides)
         fields: list[str | int | bytes] = []
         for task_id, body, one_delay in zip(ids, items, delays, strict=True):
             data = encode_body(topic, body, adapter, self.max_body_bytes)
-            fields += (task_id, to_millis(one_delay, name="delay"), data, *overrides)
-        step = per_task * batch_size
-        batches = [fields[start : start + step] for start in range(0, len(fields), step)]
+            fields += (task_id, "d", to_millis(one_delay, name="delay"), attempts, ttr_ms, data)
+        batches = [
+            fields[6 * start : 6 * (start + batch_size)] for start in range(0, len(ids), batch_size)
+        ]
         if self._durable is None:
-            await self._send_overlapped(keys, batches, per_task)
+            await self._send_overlapped(keys, batches)
         else:
             for number, batch in enumerate(batches):
                 try:
                     await self.scripts.send_many(
-                        keys, batch, per_task=per_task, tolerance_ms=self.past_tolerance_ms,
-                        durable=self._durable,
-                    )  # fmt: skip
+                        keys, batch, tolerance_ms=self.past_tolerance_ms, durable=self._durable
+                    )
                 except NotDurableError as exc:
                     await self._announce_quietly(topic)  # the batch is stored
                     raise NotDurableError(
@@ -316,7 +313,7 @@ class Queue:
         return ids
 
     async def _send_overlapped(
-        self, keys: TopicKeys, batches: list[list[str | int | bytes]], per_task: int
+        self, keys: TopicKeys, batches: list[list[str | int | bytes]]
     ) -> None:
         """Run send_many.lua on each batch, the next one sent while Redis runs the previous
         (two in flight): the client's packing and parsing of one batch hides behind Redis's
@@ -326,9 +323,7 @@ class Queue:
             for batch in batches:
                 in_flight.append(
                     asyncio.ensure_future(
-                        self.scripts.send_many(
-                            keys, batch, per_task=per_task, tolerance_ms=self.past_tolerance_ms
-                        )
+                        self.scripts.send_many(keys, batch, tolerance_ms=self.past_tolerance_ms)
                     )
                 )
                 if len(in_flight) == 2:

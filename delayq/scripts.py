@@ -99,33 +99,9 @@ class Reservation:
 
 
 def waiting_keys(keys: TopicKeys) -> tuple[str, str, str, str]:
-    """The KEYS of the scripts that remove a waiting task (cancel, replay)."""
+    """The KEYS of the scripts that store or remove a waiting task (send, send_many, cancel,
+    replay), also for anything that runs them bare (the benchmark's ceiling)."""
     return (keys.prefix, keys.wheel, keys.dead, keys.errors)
-
-
-def when_argument(*, absolute: bool, value_ms: int) -> str | int:
-    """How send.lua, send_many.lua and reschedule.lua take a due time: a delay in ms, or
-    ``"@"`` and an absolute Unix time in ms."""
-    return f"@{value_ms}" if absolute else value_ms
-
-
-def send_arguments(
-    task_id: str,
-    when: str | int,
-    body: bytes,
-    *,
-    max_attempts: int = 0,
-    ttr_ms: int = 0,
-    tolerance_ms: int = 0,
-) -> tuple[str | int | bytes, ...]:
-    """send.lua's ARGV, the trailing defaults (0) left out: each argument costs a send
-    client time to pack.  Also for anything that runs send.lua bare (the benchmark's
-    ceiling); its one key is the topic's :attr:`~delayq.keys.TopicKeys.prefix`."""
-    optional = (max_attempts, ttr_ms, tolerance_ms)
-    given = len(optional)
-    while given and not optional[given - 1]:
-        given -= 1
-    return (task_id, when, body, *optional[:given])
 
 
 def _int(value: Any) -> int:
@@ -214,14 +190,22 @@ class Scripts:
         durable: DurableSender | None = None,
     ) -> tuple[int, int]:
         """Run send.lua. Returns (status, due or now ms): 1 stored, 0 duplicate, -1 too far past."""
-        when = when_argument(absolute=absolute, value_ms=value_ms)
-        # Only an absolute time can lie in the past: a delay passes no tolerance.
-        args = send_arguments(
-            task_id, when, body, max_attempts=max_attempts, ttr_ms=ttr_ms,
-            tolerance_ms=tolerance_ms if absolute else 0,
-        )  # fmt: skip
         reply = await self._write(
-            "send", (keys.prefix,), args, durable, ids=(task_id,), touch_key=keys.seq
+            "send",
+            waiting_keys(keys),
+            (
+                task_id,
+                "a" if absolute else "d",
+                value_ms,
+                max_attempts,
+                ttr_ms,
+                body,
+                tolerance_ms,
+                keys.wake,
+            ),
+            durable,
+            ids=(task_id,),
+            touch_key=keys.seq,
         )
         return _int(reply[0]), _int(reply[1])
 
@@ -230,19 +214,17 @@ class Scripts:
         keys: TopicKeys,
         fields: Sequence[str | int | bytes],
         *,
-        per_task: int,
         tolerance_ms: int,
         durable: DurableSender | None = None,
     ) -> list[int]:
-        """Run send_many.lua on ``per_task`` fields per task: id, when (see
-        :func:`when_argument`), body, and with 5 fields max attempts and ttr ms.  Returns a
-        status per task (as ``send``)."""
+        """Run send_many.lua on six fields per task (the id first). Returns a status per task
+        (as ``send``)."""
         reply = await self._write(
             "send_many",
-            (keys.prefix,),
-            (tolerance_ms, per_task, *fields),
+            waiting_keys(keys),
+            (tolerance_ms, keys.wake, *fields),
             durable,
-            ids=[str(v) for v in fields[::per_task]],  # ids are str (checked by the queue)
+            ids=[str(v) for v in fields[::6]],  # ids are str (checked by the queue)
             touch_key=keys.seq,
         )
         return [_int(status) for status in reply]
@@ -319,7 +301,7 @@ class Scripts:
         reply = await self._run(
             "reschedule",
             (keys.prefix, keys.wheel),
-            (task_id, when_argument(absolute=absolute, value_ms=value_ms), tolerance_ms, keys.wake),
+            (task_id, "a" if absolute else "d", value_ms, tolerance_ms, keys.wake),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
 

@@ -69,19 +69,17 @@ local function check_types(kinds)
   return nil
 end
 
--- The due time in ms for `when`: a delay in ms ("30000"), or '@' and an absolute Unix time
--- in ms ("@1764000000000"); nil when the absolute time lies more than `tolerance` ms before
--- `now` (a time in the near past is due at once: the caller's clock may trail Redis's a little).
--- One argument, not a mode and a value: every argument costs a send client time to pack.
-local function due_time(now, when, tolerance)
-  if string.byte(when) ~= 64 then  -- not '@'
-    return now + tonumber(when)
+-- The due time in ms for a delay (mode 'd') or an absolute Unix time (mode 'a') in ms, or
+-- nil when the absolute time lies more than `tolerance` ms before `now` (a time in the
+-- near past is due at once: the caller's clock may trail Redis's a little).
+local function due_time(now, mode, value, tolerance)
+  if mode ~= 'a' then
+    return now + value
   end
-  local at = tonumber(string.sub(when, 2))
-  if at < now - tolerance then
+  if value < now - tolerance then
     return nil
   end
-  return math.max(at, now)
+  return math.max(value, now)
 end
 
 -- Publish a wake-up only when schedule_add reports that what it scheduled became the

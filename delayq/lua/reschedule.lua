@@ -2,14 +2,14 @@
 -- reschedule.lua: move a delayed or ready task to a new due time.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)
--- ARGV[1] id   ARGV[2] when: a delay in ms, or '@' and an absolute Unix time in ms
--- ARGV[3] tolerance ms for an absolute time in the past   ARGV[4] wake channel
+-- ARGV[1] id   ARGV[2] 'd' delay ms | 'a' absolute Unix ms   ARGV[3] value
+-- ARGV[4] tolerance ms for an absolute time in the past   ARGV[5] wake channel
 -- Returns: {1, due_ms} moved | {0} not delayed/ready | {-1, now_ms} time too far in the past
 --@include _envelope
 --@include _layout
 local prefix, wheel = KEYS[1], KEYS[2]
-local id, when = ARGV[1], ARGV[2]
-local tolerance, channel = tonumber(ARGV[3]), ARGV[4]
+local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local tolerance, channel = tonumber(ARGV[4]), ARGV[5]
 local bad = check_types({ [wheel] = 'zset', [slot_counter(prefix)] = 'string' })
   or load_buckets(prefix)
 if bad then
@@ -22,7 +22,7 @@ if not slot then
   return { 0 }
 end
 local now = now_ms()
-local due = due_time(now, when, tolerance)
+local due = due_time(now, mode, value, tolerance)
 if not due then
   return { -1, now }
 end

@@ -1,29 +1,28 @@
 #!lua
 -- send.lua: store a new task and schedule it, unless the id is already live (idempotent send).
--- KEYS[1] prefix "delayq:{q:t}:" of every key of the topic.  The wheel, dead and errors
---   keys and the wake channel are named from it here, as keys.py names them, like the
---   buckets and slots in _layout.lua: a send is the call a producer awaits one by one, and
---   each argument costs a client that packs in Python time (see docs/keys.md).
--- ARGV[1] task id   ARGV[2] when: a delay in ms, or '@' and an absolute Unix time in ms
--- ARGV[3] body JSON
--- ARGV[4] max attempts, ARGV[5] ttr ms (absent or 0: the topic's default)
--- ARGV[6] tolerance ms for an absolute time in the past (absent: 0)
+-- KEYS[1] prefix "delayq:{q:t}:" of the task buckets and schedule slots (see _layout.lua)
+-- KEYS[2] wheel (ZSET slot -> bound ms)   KEYS[3] dead (ZSET id -> dead-lettered at ms)
+-- KEYS[4] errors (HASH id -> last error)
+-- ARGV[1] task id
+-- ARGV[2] 'd' when ARGV[3] is a delay in ms, 'a' when it is an absolute Unix time in ms
+-- ARGV[3] delay or time (ms)
+-- ARGV[4] max attempts (0 = topic default)   ARGV[5] ttr ms (0 = topic default)
+-- ARGV[6] body JSON   ARGV[7] tolerance ms for an absolute time in the past   ARGV[8] wake channel
 -- Returns: {1, due_ms} stored | {0, due_ms or 0 when reserved} id already delayed/ready/reserved
 --   | {-1, now_ms} time too far in the past
 --@include _envelope
 --@include _layout
-local prefix = KEYS[1]
-local wheel, dead, errors, channel = prefix .. 'wheel', prefix .. 'dead', prefix .. 'errors',
-  prefix .. 'wake'
-local id, when, body = ARGV[1], ARGV[2], ARGV[3]
-local max_attempts, ttr, tolerance = ARGV[4] or '0', ARGV[5] or '0', tonumber(ARGV[6] or 0)
+local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local max_attempts, ttr, body = ARGV[4], ARGV[5], ARGV[6]
+local tolerance, channel = tonumber(ARGV[7]), ARGV[8]
 
 local bad = load_buckets(prefix)
 if bad then
   return bad
 end
 local now = now_ms()
-local due = due_time(now, when, tolerance)
+local due = due_time(now, mode, value, tolerance)
 if not due then
   return { -1, now }
 end

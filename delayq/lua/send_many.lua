@@ -1,18 +1,15 @@
 #!lua
 -- send_many.lua: send.lua for a batch of tasks in one call (one round trip, one atomic step).
--- KEYS[1] prefix of every key of the topic (named from it as in send.lua)
--- ARGV[1] tolerance ms for absolute times in the past   ARGV[2] fields per task, 3 or 5
--- ARGV[3..] per task: id, when (as in send.lua), body, and with 5 fields max attempts and
---   ttr ms (0: the topic's default).  Three fields when no task overrides a default: packing
---   the arguments is half of a bulk send's client time.
+-- KEYS[1] prefix of the task buckets and schedule slots   KEYS[2] wheel (ZSET)
+-- KEYS[3] dead (ZSET)   KEYS[4] errors (HASH)
+-- ARGV[1] tolerance ms for absolute times in the past   ARGV[2] wake channel
+-- ARGV[3..] six fields per task: id, 'd'|'a', delay-or-time ms, max attempts, ttr ms, body
 -- Returns: {status1, status2, ...}: 1 stored, 0 id already live (or repeated earlier in the
 --   batch; nothing written), -1 time too far past
 --@include _envelope
 --@include _layout
-local prefix = KEYS[1]
-local wheel, dead, errors, channel = prefix .. 'wheel', prefix .. 'dead', prefix .. 'errors',
-  prefix .. 'wake'
-local tolerance, stride = tonumber(ARGV[1]), tonumber(ARGV[2])
+local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local tolerance, channel = tonumber(ARGV[1]), ARGV[2]
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
   [slot_counter(prefix)] = 'string' }) or load_buckets(prefix)
 if bad then
@@ -22,7 +19,7 @@ local now = now_ms()
 local now_text = string.format('%d', now)
 
 local ids, existing = {}, {}
-for i = 3, #ARGV, stride do
+for i = 3, #ARGV, 6 do
   local id = ARGV[i]
   ids[#ids + 1] = id
   existing[#ids] = redis.call('HEXISTS', bucket_of(prefix, id), id) == 1
@@ -31,8 +28,9 @@ local was_dead = redis.call('ZMSCORE', dead, unpack(ids))
 local scheduled, stored, revived, out, seen = {}, {}, {}, {}, {}
 local earliest, latest = nil, nil
 for n, id in ipairs(ids) do
-  local i = 3 + (n - 1) * stride
-  local due = due_time(now, ARGV[i + 1], tolerance)
+  local i = 3 + (n - 1) * 6
+  local mode, value = ARGV[i + 1], tonumber(ARGV[i + 2])
+  local due = due_time(now, mode, value, tolerance)
   local status = due and 1 or -1
   if status == 1 and (seen[id] or (existing[n] and not was_dead[n])) then
     status = 0
@@ -44,12 +42,9 @@ for n, id in ipairs(ids) do
     end
     scheduled[#scheduled + 1] = due
     scheduled[#scheduled + 1] = id
-    local max_attempts, ttr = '0', '0'
-    if stride == 5 then
-      max_attempts, ttr = ARGV[i + 3], ARGV[i + 4]
-    end
-    stored[#stored + 1] = { id, new_header(max_attempts, ttr, now_text, due), ARGV[i + 2],
-      existing[n] }
+    stored[#stored + 1] = { id,
+      new_header(ARGV[i + 3], ARGV[i + 4], now_text, due),
+      ARGV[i + 5], existing[n] }
     earliest = math.min(earliest or due, due)
     latest = math.max(latest or due, due)
   end

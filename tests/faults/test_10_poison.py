@@ -21,7 +21,7 @@ import pytest
 
 from delayq import Queue
 from delayq.keys import BODY_FIELD_SUFFIX
-from delayq.scripts import lua_source, send_arguments
+from delayq.scripts import lua_source
 from tests.faults.apps.plan import OTHER_TOPIC, TYPED_TOPIC, WORK_TOPIC, install
 from tests.faults.checker import assert_no_loss, check, read_log
 from tests.faults.harness import Producer, consistency_problems, wait_until
@@ -40,7 +40,8 @@ def _plant(admin, queue: Queue, topic: str, task_id: str, stored: bytes | None) 
     keys = queue.keys(topic)
     bucket = keys.bucket(task_id)
     with admin.pipeline(transaction=True) as pipe:
-        pipe.eval(lua_source("send"), 1, keys.prefix, *send_arguments(task_id, 0, b"{}"))
+        pipe.eval(lua_source("send"), 4, keys.prefix, keys.wheel, keys.dead, keys.errors,
+                  task_id, "d", 0, 0, 0, b"{}", 0, keys.wake)  # fmt: skip
         pipe.hdel(bucket, task_id, task_id + BODY_FIELD_SUFFIX)
         if stored is not None:
             parts = stored.split(b",", 6)
