@@ -287,6 +287,30 @@ async def test_send_many_stores_every_task_across_batches(queue: Queue) -> None:
         assert ms(info.due_at) - ms(info.enqueued_at) == delays[n] * 1000
 
 
+@pytest.mark.parametrize(
+    ("options", "max_attempts", "lease_ms"),
+    [
+        ({"ttr": timedelta(seconds=7), "max_attempts": 9}, 9, 7_000),
+        ({"max_attempts": 2}, 2, 1_000),  # the ttr stays the consumer's default
+        ({"ttr": 3}, None, 3_000),
+        ({}, None, 1_000),
+    ],
+)
+async def test_send_many_stores_the_options_with_every_task(
+    queue: Queue, options: dict[str, Any], max_attempts: int | None, lease_ms: int
+) -> None:
+    """Overrides travel with each task of every batch (two more fields a task on the wire),
+    and a batch without them stores the topic defaults (0) and the right bodies."""
+    ids = await queue.send_many("t", [{"n": n} for n in range(5)], batch_size=2, **options)
+    for n, task_id in enumerate(ids):
+        info = await stored(queue, "t", task_id)
+        assert (info.body, info.max_attempts) == ({"n": n}, max_attempts)
+    now, _, items = await reserve(queue, "t", ttr_ms=1_000)
+    assert sorted(task_id for task_id, _, _ in items) == sorted(ids)
+    for task_id in ids:
+        assert ms((await stored(queue, "t", task_id)).lease_deadline) == now + lease_ms
+
+
 async def test_send_many_skips_live_ids_and_repeats_across_batches(
     queue: Queue, redis_client: redis.asyncio.Redis
 ) -> None:
