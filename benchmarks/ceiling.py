@@ -6,6 +6,10 @@
   through a ``BlockingConnectionPool`` with the settings ``delayq.Queue.from_url``
   uses (``max_connections=100``, ``timeout=10``, one retry), which is what any
   concurrency-safe client pays per call to borrow and return a connection;
+* the same on one connection without ``socket_timeout``: redis-py 8 sets 5 s by default
+  and times each write with ``asyncio.wait_for``, which runs the write as a Task of its own
+  on Python 3.11; delayq's connections arm that timer only when a write has to wait, so
+  this is the bare loop to hold delayq's enqueue against too;
 * sequential ``EVALSHA`` of ``return 1`` carrying ``send.lua``'s twelve keys and
   arguments, on one connection: what passing a task's arguments costs by itself (the
   asyncio client packs each argument in Python);
@@ -25,7 +29,7 @@
   script, in non-transactional pipelines of 1,000 — roughly what a bulk enqueue
   can approach.
 
-The six sequential loops run in turn, a fifth of each at a time (see
+The seven sequential loops run in turn, a fifth of each at a time (see
 :data:`SEQUENTIAL_SLICES`), so that they can be compared with each other.
 For each, the redis-server process's user+sys CPU (``INFO cpu``) per request is
 reported too: the floor of Redis CPU per request on this machine, whatever the
@@ -220,6 +224,10 @@ async def interleaved(
 
 async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
     single = aioredis.Redis.from_url(url, single_connection_client=True)
+    # redis-py 8 sets socket_timeout=5 by default and times each write with
+    # asyncio.wait_for, a Task per command on Python 3.11; delayq's connections arm that
+    # timer only for a write that has to wait.  This client shows redis-py without it.
+    untimed = aioredis.Redis.from_url(url, single_connection_client=True, socket_timeout=None)
     pooled = pooled_client(url)
     probe = aioredis.Redis.from_url(url, single_connection_client=True)
     try:
@@ -228,8 +236,10 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
         floor_sha = await single.script_load(FLOOR_SEND_SCRIPT)
         compact_sha = await single.script_load(COMPACT_SEND_SCRIPT)
         await pooled.ping()  # connect outside the timed loop, as single does on script_load
+        await untimed.ping()
         sequential = {
             "evalsha_seq": (single, evalsha_sequential, sha),
+            "evalsha_untimed_seq": (untimed, evalsha_sequential, sha),
             "evalsha_args_seq": (single, evalsha_send_arguments, sha),
             "send_lua_seq": (single, send_lua_sequential, send_sha),
             "floor_send_seq": (single, floor_send_sequential, floor_sha),
@@ -243,7 +253,7 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
         metrics = await interleaved(probe, sequential, n_seq, SEQUENTIAL_SLICES)
         metrics |= await interleaved(probe, pipelined, n_pipe, 1)  # one after the other
     finally:
-        for client in (single, pooled, probe):
+        for client in (single, untimed, pooled, probe):
             await client.aclose()
     return metrics | {
         "n_seq": n_seq,

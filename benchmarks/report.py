@@ -216,6 +216,7 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
     lines = [
         "Ceiling, bare redis-py (same run; redis-server CPU = INFO cpu user+sys / requests):",
         line("sequential EVALSHA 'return 1', one connection", "evalsha_seq"),
+        line("sequential EVALSHA 'return 1', no socket_timeout", "evalsha_untimed_seq"),
         line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
         line("sequential EVALSHA 'return 1' with send.lua's 12 args", "evalsha_args_seq"),
         line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
@@ -225,6 +226,7 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         line("pipelined LPUSH (1,000 per batch)", "lpush_pipe"),
     ]
     single, pooled = ceiling.get("evalsha_seq_rate"), ceiling.get("evalsha_pooled_rate")
+    untimed = ceiling.get("evalsha_untimed_seq_rate")
     send_lua = ceiling.get("send_lua_seq_rate")
     floor = ceiling.get("floor_send_seq_rate")
     if floor and single:
@@ -250,6 +252,7 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
             lines.append(
                 f"  {lib} enqueue/s = {enqueue / single:.2f}x the one-connection ceiling, "
                 f"{enqueue / pooled:.2f}x the pooled one"
+                + (f", {enqueue / untimed:.2f}x the one without socket_timeout" if untimed else "")
                 + (
                     f", {enqueue / send_lua:.2f}x bare send.lua"
                     if lib == "delayq" and send_lua
