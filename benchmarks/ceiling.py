@@ -10,6 +10,10 @@
   and times each write with ``asyncio.wait_for``, which runs the write as a Task of its own
   on Python 3.11; delayq's connections arm that timer only when a write has to wait, so
   this is the bare loop to hold delayq's enqueue against too;
+* the same on delayq's script lane (:mod:`delayq.lane`: an asyncio protocol feeding
+  hiredis, the connection ``Queue.from_url`` runs its scripts on), as opened by
+  ``delayq.connection.open_clients``: the floor of a one-by-one send on delayq's own
+  transport, beside redis-py's that the target is read against;
 * sequential ``EVALSHA`` of ``return 1`` carrying ``send.lua``'s twelve keys and
   arguments, on one connection: what passing a task's arguments costs by itself (the
   asyncio client packs each argument in Python);
@@ -29,7 +33,7 @@
   script, in non-transactional pipelines of 1,000 — roughly what a bulk enqueue
   can approach.
 
-The seven sequential loops run in turn, a fifth of each at a time (see
+The eight sequential loops run in turn, a fifth of each at a time (see
 :data:`SEQUENTIAL_SLICES`), so that they can be compared with each other.
 For each, the redis-server process's user+sys CPU (``INFO cpu``) per request is
 reported too: the floor of Redis CPU per request on this machine, whatever the
@@ -47,7 +51,7 @@ import itertools
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio as aioredis
@@ -55,8 +59,12 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from benchmarks.common import PAYLOAD, emit, rate, stopwatch
+from delayq.connection import open_clients
 from delayq.keys import TopicKeys
 from delayq.scripts import lua_source, waiting_keys
+
+if TYPE_CHECKING:
+    from delayq.lane import ScriptLane
 
 PIPELINE_BATCH = 1000
 TRIVIAL_SCRIPT = "return 1"
@@ -104,6 +112,12 @@ async def evalsha_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
     """``n`` awaited EVALSHA calls of ``return 1``."""
     for _ in range(n):
         await client.evalsha(sha, 0)
+
+
+async def evalsha_lane_sequential(lane: ScriptLane, sha: str, n: int) -> None:
+    """``n`` awaited EVALSHA calls of ``return 1`` on delayq's script lane."""
+    for _ in range(n):
+        await lane.evalsha(sha, TRIVIAL_SCRIPT, (), ())
 
 
 async def evalsha_pipelined(client: aioredis.Redis, sha: str, n: int) -> None:
@@ -184,11 +198,12 @@ async def redis_cpu_seconds(client: aioredis.Redis) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
-Workload = Callable[[aioredis.Redis, str, int], Awaitable[None]]
+Workload = Callable[[Any, str, int], Awaitable[None]]
+"""A loop: (its client, a redis-py client or delayq's script lane; a script sha; calls)."""
 
 
 async def timed(
-    client: aioredis.Redis, probe: aioredis.Redis, work: Workload, sha: str, n: int
+    client: Any, probe: aioredis.Redis, work: Workload, sha: str, n: int
 ) -> tuple[float, float]:
     """(seconds, redis-server CPU seconds) for ``work`` on ``client``.
 
@@ -202,7 +217,7 @@ async def timed(
 
 async def interleaved(
     probe: aioredis.Redis,
-    loops: dict[str, tuple[aioredis.Redis, Workload, str]],
+    loops: dict[str, tuple[Any, Workload, str]],
     n: int,
     slices: int,
 ) -> dict[str, float]:
@@ -229,6 +244,7 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
     # timer only for a write that has to wait.  This client shows redis-py without it.
     untimed = aioredis.Redis.from_url(url, single_connection_client=True, socket_timeout=None)
     pooled = pooled_client(url)
+    lane_pool, lane = open_clients(url)
     probe = aioredis.Redis.from_url(url, single_connection_client=True)
     try:
         sha = await single.script_load(TRIVIAL_SCRIPT)
@@ -237,9 +253,12 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
         compact_sha = await single.script_load(COMPACT_SEND_SCRIPT)
         await pooled.ping()  # connect outside the timed loop, as single does on script_load
         await untimed.ping()
+        assert lane is not None
+        await lane.evalsha(sha, TRIVIAL_SCRIPT, (), ())  # connect outside the timed loop
         sequential = {
             "evalsha_seq": (single, evalsha_sequential, sha),
             "evalsha_untimed_seq": (untimed, evalsha_sequential, sha),
+            "evalsha_lane_seq": (lane, evalsha_lane_sequential, sha),
             "evalsha_args_seq": (single, evalsha_send_arguments, sha),
             "send_lua_seq": (single, send_lua_sequential, send_sha),
             "floor_send_seq": (single, floor_send_sequential, floor_sha),
@@ -253,8 +272,10 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
         metrics = await interleaved(probe, sequential, n_seq, SEQUENTIAL_SLICES)
         metrics |= await interleaved(probe, pipelined, n_pipe, 1)  # one after the other
     finally:
-        for client in (single, untimed, pooled, probe):
+        for client in (single, untimed, pooled, probe, lane_pool):
             await client.aclose()
+        if lane is not None:
+            await lane.aclose()
     return metrics | {
         "n_seq": n_seq,
         "n_pipe": n_pipe,

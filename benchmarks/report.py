@@ -217,6 +217,7 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         "Ceiling, bare redis-py (same run; redis-server CPU = INFO cpu user+sys / requests):",
         line("sequential EVALSHA 'return 1', one connection", "evalsha_seq"),
         line("sequential EVALSHA 'return 1', no socket_timeout", "evalsha_untimed_seq"),
+        line("sequential EVALSHA 'return 1', delayq's script lane", "evalsha_lane_seq"),
         line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
         line("sequential EVALSHA 'return 1' with send.lua's 12 args", "evalsha_args_seq"),
         line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
@@ -228,6 +229,7 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
     single, pooled = ceiling.get("evalsha_seq_rate"), ceiling.get("evalsha_pooled_rate")
     untimed = ceiling.get("evalsha_untimed_seq_rate")
     send_lua = ceiling.get("send_lua_seq_rate")
+    lane = ceiling.get("evalsha_lane_seq_rate")
     floor = ceiling.get("floor_send_seq_rate")
     if floor and single:
         lines.append(
@@ -256,6 +258,11 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
                 + (
                     f", {enqueue / send_lua:.2f}x bare send.lua"
                     if lib == "delayq" and send_lua
+                    else ""
+                )
+                + (
+                    f", {enqueue / lane:.2f}x 'return 1' on its own script lane"
+                    if lib == "delayq" and lane
                     else ""
                 )
             )

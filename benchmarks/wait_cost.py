@@ -5,9 +5,8 @@ The ceiling scenario compares a one-by-one send with a bare ``EVALSHA return 1``
 how much round-trip time each microsecond that Redis spends in a script adds for an
 asyncio client that awaits every call, as a producer does.
 
-Three loops on one connection opened as ``Queue.from_url`` opens its script connection
-(hiredis packing, the held connection a send uses), taking turns round by round on one
-private ``redis-server``:
+Three loops on the script lane ``Queue.from_url`` opens (:mod:`delayq.lane`, the
+connection a send uses), taking turns round by round on one private ``redis-server``:
 
 * ``EVALSHA`` of ``return 1``;
 * ``EVALSHA`` of a script that only runs an empty Lua loop, sized at the start to take
@@ -59,19 +58,21 @@ def inside_usec(admin: redis.Redis) -> float:
 async def measure(rounds: int, calls: int) -> dict[str, Any]:
     server = RedisServer().start()
     admin = redis.Redis.from_url(server.url)
-    pooled, client = open_clients(server.url)
+    pooled, lane = open_clients(server.url)
+    assert lane is not None
     numbers = itertools.count()
+    send_source = lua_source("send")
     try:
-        trivial = await client.script_load("return 1")
-        spin = await client.script_load(SPIN_SCRIPT)
-        send = await client.script_load(lua_source("send"))
+        trivial = await pooled.script_load("return 1")
+        spin = await pooled.script_load(SPIN_SCRIPT)
+        send = await pooled.script_load(send_source)
 
         def send_call(topic: str) -> Callable[[], Awaitable[Any]]:
             keys = TopicKeys.build("wait", topic)
             waiting = waiting_keys(keys)
-            return lambda: client.evalsha(
-                send, len(waiting), *waiting, f"{next(numbers):012d}", "d", HOUR_MS, 0, 0,
-                TASK_BODY, 5000, keys.wake,
+            return lambda: lane.evalsha(
+                send, send_source, waiting,
+                (f"{next(numbers):012d}", "d", HOUR_MS, 0, 0, TASK_BODY, 5000, keys.wake),
             )  # fmt: skip
 
         async def timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
@@ -83,12 +84,14 @@ async def measure(rounds: int, calls: int) -> dict[str, Any]:
 
         # Size the spin: send.lua's time inside Redis over the spin's per iteration.
         _, send_inside = await timed(send_call("sizing"))
-        _, probe_inside = await timed(lambda: client.evalsha(spin, 0, PROBE_ITERATIONS))
+        _, probe_inside = await timed(
+            lambda: lane.evalsha(spin, SPIN_SCRIPT, (), (PROBE_ITERATIONS,))
+        )
         iterations = round(PROBE_ITERATIONS * send_inside / probe_inside)
 
         loops: dict[str, Callable[[int], Callable[[], Awaitable[Any]]]] = {
-            "return 1": lambda _: lambda: client.evalsha(trivial, 0),
-            "spin": lambda _: lambda: client.evalsha(spin, 0, iterations),
+            "return 1": lambda _: lambda: lane.evalsha(trivial, "return 1", (), ()),
+            "spin": lambda _: lambda: lane.evalsha(spin, SPIN_SCRIPT, (), (iterations,)),
             "send.lua": lambda round_no: send_call(f"r{round_no}"),
         }
         wall: dict[str, list[float]] = {name: [] for name in loops}
@@ -119,7 +122,7 @@ async def measure(rounds: int, calls: int) -> dict[str, Any]:
             "inside_usec": inside,
         }
     finally:
-        await client.aclose()
+        await lane.aclose()
         await pooled.aclose()
         admin.close()
         server.stop()

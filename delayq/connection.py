@@ -1,7 +1,7 @@
-"""The connections ``Queue.from_url`` opens: a pool, and one connection held for scripts.
+"""The connections ``Queue.from_url`` opens: a pool, and a script lane (:mod:`delayq.lane`).
 
-Both use redis-py's connection classes with two mixins, each for a cost redis-py's asyncio
-connection adds to every command, which a send awaited one by one pays in full:
+The pool's connections, and the one the lane opens, use redis-py's connection classes with
+two mixins, each for a cost redis-py's asyncio connection adds to every command it sends:
 
 * :class:`HiredisPacking`.  redis-py's *synchronous* connection packs commands with hiredis
   when it is installed, but its asyncio connection always packs them in pure Python, one
@@ -21,12 +21,14 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import hiredis
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from delayq.lane import ScriptLane, lane_supported
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -122,22 +124,9 @@ def connection_pool(url: str, **options: Any) -> BlockingConnectionPool:
     return pool
 
 
-def dedicated_client(pool: ConnectionPool) -> Redis:
-    """A client holding one connection of its own, opened with ``pool``'s settings.
-
-    Its connection comes from a pool of one, not from ``pool``: holding one of ``pool``'s
-    would leave a small ``max_connections`` short for the calls that wait on it.
-    """
-    own = ConnectionPool(
-        connection_class=pool.connection_class, max_connections=1, **pool.connection_kwargs
-    )
-    client = Redis(connection_pool=own, single_connection_client=True)
-    client.auto_close_connection_pool = True  # aclose() disconnects it, as from_pool does
-    return client
-
-
-def open_clients(url: str, **options: Any) -> tuple[Redis, Redis]:
-    """The pooled client and the held-connection client ``Queue.from_url`` uses.
+def open_clients(url: str, **options: Any) -> tuple[Redis, ScriptLane | None]:
+    """The pooled client and the script lane ``Queue.from_url`` uses (no lane for settings
+    it cannot honour: RESP3, or an encoding other than strict utf-8).
 
     ``options`` go to redis-py; unset ones get delayq's defaults: one retry on a fresh
     connection without backoff (a stale connection after a Redis restart costs no error,
@@ -152,4 +141,4 @@ def open_clients(url: str, **options: Any) -> tuple[Redis, Redis]:
     options.setdefault("max_connections", 100)
     options.setdefault("timeout", 10.0)
     pool = connection_pool(url, **options)
-    return Redis.from_pool(pool), dedicated_client(pool)
+    return Redis.from_pool(pool), ScriptLane(pool) if lane_supported(pool) else None

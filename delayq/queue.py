@@ -103,17 +103,17 @@ class Queue:
         stale pooled connection after a Redis restart costs no error while a Redis that is
         down fails fast; and at most ``max_connections`` (100) pooled connections are opened,
         more concurrent calls waiting up to ``timeout`` (10 s) for a free one.  One more
-        connection is held for script calls, used whenever it is idle.
+        connection, opened with the same settings, carries the script calls
+        (:mod:`delayq.lane`); the pool takes them over while it is down.
         """
         queue_options = {
             k: options.pop(k)
             for k in ("max_body_bytes", "past_tolerance", "durability")
             if k in options
         }
-        client, dedicated = open_clients(url, **options)
+        client, lane = open_clients(url, **options)
         queue = cls(client, name=name, **queue_options)
-        # Scripts run on one held connection whenever it is idle, the pool otherwise.
-        queue.scripts = Scripts(client, dedicated=dedicated)
+        queue.scripts = Scripts(client, lane=lane)
         queue._owns_client = True
         return queue
 

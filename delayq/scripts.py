@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from delayq.durability import DurableSender
     from delayq.keys import TopicKeys
+    from delayq.lane import ScriptLane
 
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 NackMode = Literal["retry", "dead", "release"]
@@ -117,16 +118,14 @@ class Scripts:
 
     Args:
         client: runs the scripts.
-        dedicated: optionally, a ``single_connection_client`` to the same Redis.  A call
-            made while it is idle runs on it; a call made while it is busy goes through
-            ``client``'s pool as usual.  Borrowing a connection from redis-py's pool and
-            giving it back costs more than a small script's round trip to a local Redis.
+        lane: optionally, a :class:`~delayq.lane.ScriptLane` to the same Redis, which then
+            runs every call (but durable sends, which go through ``client``): a round trip
+            through it costs the client a fraction of redis-py's per-command work.
     """
 
-    def __init__(self, client: Redis, dedicated: Redis | None = None) -> None:
+    def __init__(self, client: Redis, lane: ScriptLane | None = None) -> None:
         self._client = client
-        self._dedicated = dedicated
-        self._dedicated_busy = False
+        self._lane = lane
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters")  # fmt: skip
         self._scripts: dict[str, AsyncScript] = {
@@ -134,23 +133,18 @@ class Scripts:
         }
 
     async def aclose(self) -> None:
-        """Close the dedicated client, if any (``client`` is the caller's to close)."""
-        if self._dedicated is not None:
-            await self._dedicated.aclose()
+        """Close the lane, if any (``client`` is the caller's to close)."""
+        if self._lane is not None:
+            await self._lane.aclose()
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:
         # The hot path: a bare try costs nothing until something fails, unlike entering
         # an async context manager per call.
         script = self._scripts[name]
         try:
-            if self._dedicated is None or self._dedicated_busy:
-                return await script(keys=keys, args=args)
-            # No await between the check and the flag: one call at a time on the connection.
-            self._dedicated_busy = True
-            try:
-                return await script(keys=keys, args=args, client=self._dedicated)
-            finally:
-                self._dedicated_busy = False
+            if self._lane is not None:
+                return await self._lane.evalsha(script.sha, script.script, keys, args)
+            return await script(keys=keys, args=args)
         except TRANSLATED as exc:
             raise translate(exc) from exc
 
