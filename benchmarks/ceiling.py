@@ -14,6 +14,10 @@
   hiredis, the connection ``Queue.from_url`` runs its scripts on), as opened by
   ``delayq.connection.open_clients``: the floor of a one-by-one send on delayq's own
   transport, beside redis-py's that the target is read against;
+* delayq's own ``queue.send_delayed`` as the enqueue scenario calls it (1 h delay, the
+  20-byte payload, the topic registered so the body is validated), in the same slices as
+  the bare loops: the enqueue target's ratio without the host's drift between the
+  enqueue scenario and this one;
 * sequential ``EVALSHA`` of ``return 1`` carrying ``send.lua``'s twelve keys and
   arguments, on one connection: what passing a task's arguments costs by itself (the
   asyncio client packs each argument in Python);
@@ -33,7 +37,7 @@
   script, in non-transactional pipelines of 1,000 — roughly what a bulk enqueue
   can approach.
 
-The eight sequential loops run in turn, a fifth of each at a time (see
+The nine sequential loops run in turn, a fifth of each at a time (see
 :data:`SEQUENTIAL_SLICES`), so that they can be compared with each other.
 For each, the redis-server process's user+sys CPU (``INFO cpu``) per request is
 reported too: the floor of Redis CPU per request on this machine, whatever the
@@ -59,6 +63,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from benchmarks.common import PAYLOAD, emit, rate, stopwatch
+from delayq import Queue
 from delayq.connection import open_clients
 from delayq.keys import TopicKeys
 from delayq.scripts import lua_source, waiting_keys
@@ -118,6 +123,24 @@ async def evalsha_lane_sequential(lane: ScriptLane, sha: str, n: int) -> None:
     """``n`` awaited EVALSHA calls of ``return 1`` on delayq's script lane."""
     for _ in range(n):
         await lane.evalsha(sha, TRIVIAL_SCRIPT, (), ())
+
+
+async def delayq_send_sequential(queue: Queue, sha: str, n: int) -> None:
+    """``n`` awaited ``send_delayed`` calls on a :func:`delayq_queue` (``sha`` unused)."""
+    body = {"payload": PAYLOAD, "due": 0}
+    for _ in range(n):
+        await queue.send_delayed("noop", body, delay=3600)
+
+
+def delayq_queue(url: str) -> Queue:
+    """A queue opened as the benchmark's delayq adapter opens it, with a ``noop`` topic."""
+    queue = Queue.from_url(url, name="ceiling")
+
+    @queue.topic("noop")
+    async def noop(body: dict[str, Any]) -> None:
+        """Never run: the tasks wait an hour."""
+
+    return queue
 
 
 async def evalsha_pipelined(client: aioredis.Redis, sha: str, n: int) -> None:
@@ -245,6 +268,7 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
     untimed = aioredis.Redis.from_url(url, single_connection_client=True, socket_timeout=None)
     pooled = pooled_client(url)
     lane_pool, lane = open_clients(url)
+    queue = delayq_queue(url)
     probe = aioredis.Redis.from_url(url, single_connection_client=True)
     try:
         sha = await single.script_load(TRIVIAL_SCRIPT)
@@ -255,10 +279,12 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
         await untimed.ping()
         assert lane is not None
         await lane.evalsha(sha, TRIVIAL_SCRIPT, (), ())  # connect outside the timed loop
+        await delayq_send_sequential(queue, sha, 1)
         sequential = {
             "evalsha_seq": (single, evalsha_sequential, sha),
             "evalsha_untimed_seq": (untimed, evalsha_sequential, sha),
             "evalsha_lane_seq": (lane, evalsha_lane_sequential, sha),
+            "delayq_send_seq": (queue, delayq_send_sequential, sha),
             "evalsha_args_seq": (single, evalsha_send_arguments, sha),
             "send_lua_seq": (single, send_lua_sequential, send_sha),
             "floor_send_seq": (single, floor_send_sequential, floor_sha),
@@ -276,6 +302,7 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
             await client.aclose()
         if lane is not None:
             await lane.aclose()
+        await queue.close()
     return metrics | {
         "n_seq": n_seq,
         "n_pipe": n_pipe,

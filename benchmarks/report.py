@@ -218,6 +218,7 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         line("sequential EVALSHA 'return 1', one connection", "evalsha_seq"),
         line("sequential EVALSHA 'return 1', no socket_timeout", "evalsha_untimed_seq"),
         line("sequential EVALSHA 'return 1', delayq's script lane", "evalsha_lane_seq"),
+        line("delayq send_delayed, in the same slices", "delayq_send_seq"),
         line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
         line("sequential EVALSHA 'return 1' with send.lua's 12 args", "evalsha_args_seq"),
         line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
@@ -230,6 +231,15 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
     untimed = ceiling.get("evalsha_untimed_seq_rate")
     send_lua = ceiling.get("send_lua_seq_rate")
     lane = ceiling.get("evalsha_lane_seq_rate")
+    delayq_send = ceiling.get("delayq_send_seq_rate")
+    if delayq_send and single:
+        lines.append(
+            f"  delayq send_delayed in the same slices = {delayq_send / single:.2f}x the"
+            " one-connection ceiling"
+            + (f", {delayq_send / untimed:.2f}x the one without socket_timeout" if untimed else "")
+            + (f", {delayq_send / lane:.2f}x 'return 1' on its own script lane" if lane else "")
+            + " (the enqueue target's ratio, free of drift between scenarios)"
+        )
     floor = ceiling.get("floor_send_seq_rate")
     if floor and single:
         lines.append(

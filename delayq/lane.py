@@ -32,6 +32,7 @@ per connection is armed while calls are in flight, not one per call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
@@ -251,9 +252,13 @@ class ScriptLane:
         return protocol
 
     def _close_transport(self) -> None:
-        if self._protocol is not None:
-            self._protocol.close()
-        self._protocol = self._writer = None
+        protocol, self._protocol = self._protocol, None
+        if protocol is not None:
+            # Opened in an event loop that is closed now: nothing is left to close.
+            with contextlib.suppress(RuntimeError):
+                protocol.close()
+        # Only now: a StreamWriter collected while its transport is open warns and closes it.
+        self._writer = None
 
     async def aclose(self) -> None:
         """Close the connection; calls in flight fail with redis-py's ``ConnectionError``."""

@@ -119,8 +119,9 @@ class Scripts:
     Args:
         client: runs the scripts.
         lane: optionally, a :class:`~delayq.lane.ScriptLane` to the same Redis, which then
-            runs every call (but durable sends, which go through ``client``): a round trip
-            through it costs the client a fraction of redis-py's per-command work.
+            runs every call but durable sends (their ``WAIT`` blocks the connection it runs
+            on, so they go through ``client``): a round trip through it costs the client a
+            fraction of redis-py's per-command work.
     """
 
     def __init__(self, client: Redis, lane: ScriptLane | None = None) -> None:

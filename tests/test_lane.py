@@ -4,6 +4,7 @@ and timeout, against real Redis servers."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import time
 from collections.abc import AsyncIterator, Callable
@@ -196,3 +197,25 @@ async def test_queue_errors_from_the_lane_are_translated(
         finally:
             await redis_client.config_set("maxmemory", 0)
         assert await queue.send("t", {"after": True}, task_id="after") == "after"
+
+
+def test_a_lane_used_from_a_new_event_loop_opens_a_new_connection(redis_url: str) -> None:
+    # A queue created at import time may serve several asyncio.run() calls in turn (a CLI,
+    # a test suite): the connection of a loop that is gone cannot serve the next one.
+    client, lane = open_clients(redis_url)
+    assert lane is not None
+    assert asyncio.run(echo(lane, "first loop")) == b"first loop"
+    # That loop closed without closing the lane, which asyncio cannot do afterwards: its
+    # socket is left to the garbage collector, with asyncio's usual warning.
+
+    async def second_loop() -> bytes:
+        try:
+            reply: bytes = await echo(lane, "second loop")
+            return reply
+        finally:
+            await lane.aclose()  # in the loop that opened it, as a queue must be closed
+            await client.aclose()
+
+    with pytest.warns(ResourceWarning, match="unclosed"):
+        assert asyncio.run(second_loop()) == b"second loop"
+        gc.collect()
