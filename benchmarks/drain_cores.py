@@ -1,0 +1,150 @@
+"""How many cores a drain uses: delayq worker processes and redis-server, per wall second.
+
+The drain scenario reports rates; this tool says what bounds them on a small host.  Each
+round fills one topic with ``--n`` ready no-op tasks (``send_many``) and releases ``K``
+worker processes (concurrency 100 each) on it together; each counts its own completions
+and its own CPU (``getrusage``), and redis-server's CPU is read from ``INFO cpu`` around
+the drain.  Reported per K: tasks/s over release .. last completion, and the cores the
+workers and Redis used over that time (a worker's CPU includes a quiet tail of up to
+``QUIET_S`` after its last task, which adds next to nothing).
+
+A sum near 1.00 core for one process means the worker and Redis take turns rather than
+overlap; a sum well under the host's cores for K processes means the drain is not
+CPU-bound.
+
+Run with the dev interpreter (``./scripts/test`` creates it)::
+
+    .venv/bin/python -m benchmarks.drain_cores --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import resource
+import statistics
+import time
+import uuid
+from typing import Any
+
+import redis
+
+from benchmarks.common import emit
+from tests.redis_server import RedisServer
+
+QUIET_S = 0.3
+"""A worker process stops once no task completed for this long."""
+START_DELAY_S = 2.0
+"""Every process is started and connected before the common release time."""
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def drain(url: str, name: str, release_at: float, results: Any) -> None:
+    """One worker process: drain until quiet, then report (count, last completion, CPU)."""
+    from delayq import Queue, Worker
+
+    async def run() -> None:
+        queue = Queue.from_url(url, name=name)
+        done, last = 0, 0.0
+
+        @queue.topic("noop")
+        async def noop(body: dict[str, Any]) -> None:
+            nonlocal done, last
+            done += 1
+            last = time.time()
+
+        worker = Worker(queue, concurrency=100)
+        await asyncio.sleep(max(0.0, release_at - time.time()))
+        cpu_before = cpu_seconds()
+        running = asyncio.create_task(worker.run(handle_signals=False))
+        seen = -1
+        while done != seen or done == 0:
+            seen = done
+            await asyncio.sleep(QUIET_S)
+        cpu = cpu_seconds() - cpu_before
+        worker.stop()
+        await running
+        await queue.close()
+        results.put((done, last, cpu))
+
+    asyncio.run(run())
+
+
+def redis_cpu(admin: redis.Redis) -> float:
+    info = admin.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def fill(url: str, name: str, n: int) -> None:
+    from delayq import Queue
+
+    async with Queue.from_url(url, name=name) as queue:
+        await queue.send_many("noop", [{"i": i} for i in range(n)], batch_size=1000)
+
+
+def one_drain(url: str, admin: redis.Redis, processes: int, n: int) -> dict[str, float]:
+    name = f"cores-{uuid.uuid4().hex[:8]}"
+    asyncio.run(fill(url, name, n))
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    release_at = time.time() + START_DELAY_S
+    workers = [
+        context.Process(target=drain, args=(url, name, release_at, results))
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(max(0.0, release_at - time.time()))
+    redis_before = redis_cpu(admin)
+    reports = [results.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    redis_used = redis_cpu(admin) - redis_before
+    drained = sum(report[0] for report in reports)
+    wall = max(report[1] for report in reports) - release_at
+    return {
+        "drained": drained,
+        "rate": drained / wall,
+        "worker_cores": sum(report[2] for report in reports) / wall,
+        "redis_cores": redis_used / wall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--n", type=int, default=40_000, help="tasks drained per run")
+    parser.add_argument("--processes", default="1,2,4")
+    args = parser.parse_args()
+    counts = [int(k) for k in args.processes.split(",")]
+    server = RedisServer().start()
+    admin = redis.Redis.from_url(server.url)
+    runs: dict[int, list[dict[str, float]]] = {k: [] for k in counts}
+    try:
+        for _ in range(args.rounds):
+            for k in counts:  # interleaved, so the host's drift hits each K alike
+                runs[k].append(one_drain(server.url, admin, k, args.n))
+    finally:
+        admin.close()
+        server.stop()
+    print(f"drain of {args.n} ready tasks, medians of {args.rounds} rounds:")
+    summary = {}
+    for k, measured in runs.items():
+        med = {key: statistics.median(run[key] for run in measured) for key in measured[0]}
+        summary[k] = med
+        print(
+            f"  {k} process(es): {med['rate']:8,.0f}/s   workers {med['worker_cores']:.2f} cores"
+            f"   redis {med['redis_cores']:.2f}   sum {med['worker_cores'] + med['redis_cores']:.2f}"
+            f"   per task: workers {1e6 * med['worker_cores'] / med['rate']:.1f} us,"
+            f" redis {1e6 * med['redis_cores'] / med['rate']:.1f} us"
+        )
+    emit({"rounds": args.rounds, "n": args.n, "runs": runs, "summary": summary})
+
+
+if __name__ == "__main__":
+    main()
