@@ -2,9 +2,10 @@
 
 A send awaited one by one is a round trip to Redis and back, and on a small host the
 client's own work per command is as large as Redis's.  redis-py's asyncio client spends
-it on a lock, stream reads and a parser per command; measured side by side, a bare
-``EVALSHA 'return 1'`` loop through redis-py ran at 0.75x of the same loop on this
-module's connection, and ``send.lua`` on it at 0.94x of redis-py's ``return 1``.
+it on a lock, stream reads and a parser per command; in the benchmark's ceiling a bare
+``EVALSHA 'return 1'`` loop through redis-py ran at 0.83-0.87x of the same loop on this
+module's connection, and a one-by-one ``send_delayed`` on it at 0.81-0.83x of
+redis-py's ``return 1`` (0.58-0.68x before, on a held redis-py connection).
 
 The lane is an :class:`asyncio.Protocol` feeding a ``hiredis.Reader``: a call packs its
 command with hiredis, writes it and awaits a future that ``data_received`` resolves in
