@@ -205,8 +205,12 @@ class ScriptLane:
         return await self._call(protocol, command, source)
 
     async def _drop(self, error: Exception) -> None:
-        """Between tries: the next one opens a new connection (as redis-py disconnects)."""
-        self._close_transport()
+        """Between tries: forget the connection if it failed, so the next try opens a new
+        one (as redis-py disconnects).  Only a failed one: by the time a call's failure is
+        handled, another call may have opened a healthy connection, which must stay."""
+        protocol = self._protocol
+        if protocol is not None and protocol.lost is not None:
+            self._close_transport()
 
     async def _open(self) -> _LaneProtocol:
         """The one connection attempt that concurrent first calls share."""

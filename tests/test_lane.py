@@ -219,3 +219,16 @@ def test_a_lane_used_from_a_new_event_loop_opens_a_new_connection(redis_url: str
     with pytest.warns(ResourceWarning, match="unclosed"):
         assert asyncio.run(second_loop()) == b"second loop"
         gc.collect()
+
+
+async def test_a_late_failure_does_not_close_the_connection_another_call_opened(
+    make_lane: Callable[..., ScriptLane], redis_url: str, redis_client: redis.asyncio.Redis
+) -> None:
+    # The retry hook runs when a call's failure is handled; by then another call may have
+    # opened a new connection.  (Driven through the hook: the interleaving is a race.)
+    lane = make_lane(redis_url)
+    assert await echo(lane, "first") == b"first"
+    before = await connections_received(redis_client)
+    await lane._drop(RedisConnectionError("a failure of an older connection"))
+    assert await echo(lane, "same connection") == b"same connection"
+    assert await connections_received(redis_client) == before
