@@ -1,7 +1,8 @@
 """The connections ``Queue.from_url`` opens: a pool, and a script lane (:mod:`delayq.lane`).
 
-The pool's connections, and the one the lane opens, use redis-py's connection classes with
-two mixins, each for a cost redis-py's asyncio connection adds to every command it sends:
+The pool's connections use redis-py's connection classes with two mixins, each for a cost
+redis-py's asyncio connection adds to every command it sends (the lane's connection is
+opened by the same class, then sends its calls itself):
 
 * :class:`HiredisPacking`.  redis-py's *synchronous* connection packs commands with hiredis
   when it is installed, but its asyncio connection always packs them in pure Python, one

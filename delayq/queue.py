@@ -103,8 +103,8 @@ class Queue:
         stale pooled connection after a Redis restart costs no error while a Redis that is
         down fails fast; and at most ``max_connections`` (100) pooled connections are opened,
         more concurrent calls waiting up to ``timeout`` (10 s) for a free one.  One more
-        connection, opened with the same settings, carries the script calls
-        (:mod:`delayq.lane`); the pool takes them over while it is down.
+        connection, opened with the same settings and retried under the same policy,
+        carries the script calls (:mod:`delayq.lane`); durable sends use the pool.
         """
         queue_options = {
             k: options.pop(k)
