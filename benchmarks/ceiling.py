@@ -62,7 +62,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from benchmarks.common import PAYLOAD, emit, rate, stopwatch
+from benchmarks.common import PAYLOAD, cpu_seconds, emit, rate, stopwatch
 from delayq import Queue
 from delayq.connection import open_clients
 from delayq.keys import TopicKeys
@@ -217,8 +217,7 @@ def pooled_client(url: str) -> aioredis.Redis:
 
 async def redis_cpu_seconds(client: aioredis.Redis) -> float:
     """redis-server's user + sys CPU time so far."""
-    cpu = await client.info("cpu")
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    return cpu_seconds(await client.info("cpu"))
 
 
 Workload = Callable[[Any, str, int], Awaitable[None]]

@@ -96,6 +96,11 @@ def rate(count: int, seconds: float) -> float:
     return count / seconds if seconds > 0 else math.nan
 
 
+def cpu_seconds(info_cpu: dict[str, Any]) -> float:
+    """redis-server's user + sys CPU time so far, from an ``INFO cpu`` reply."""
+    return float(info_cpu["used_cpu_user"]) + float(info_cpu["used_cpu_sys"])
+
+
 def emit(result: dict[str, Any], pretty: bool = False) -> None:
     """Print one result object on stdout, on its own marked line (what the harness parses)."""
     text = json.dumps(result, indent=2 if pretty else None, sort_keys=True)

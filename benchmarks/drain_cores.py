@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 
-from benchmarks.common import emit
+from benchmarks.common import cpu_seconds, emit
 from tests.redis_server import RedisServer
 
 QUIET_S = 0.3
@@ -39,7 +39,8 @@ START_DELAY_S = 2.0
 """Every process is started and connected before the common release time."""
 
 
-def cpu_seconds() -> float:
+def process_cpu_seconds() -> float:
+    """This process's user + sys CPU time so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -60,24 +61,19 @@ def drain(url: str, name: str, release_at: float, results: Any) -> None:
 
         worker = Worker(queue, concurrency=100)
         await asyncio.sleep(max(0.0, release_at - time.time()))
-        cpu_before = cpu_seconds()
+        cpu_before = process_cpu_seconds()
         running = asyncio.create_task(worker.run(handle_signals=False))
         seen = -1
         while done != seen or done == 0:
             seen = done
             await asyncio.sleep(QUIET_S)
-        cpu = cpu_seconds() - cpu_before
+        cpu = process_cpu_seconds() - cpu_before
         worker.stop()
         await running
         await queue.close()
         results.put((done, last, cpu))
 
     asyncio.run(run())
-
-
-def redis_cpu(admin: redis.Redis) -> float:
-    info = admin.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 async def fill(url: str, name: str, n: int) -> None:
@@ -100,11 +96,11 @@ def one_drain(url: str, admin: redis.Redis, processes: int, n: int) -> dict[str,
     for worker in workers:
         worker.start()
     time.sleep(max(0.0, release_at - time.time()))
-    redis_before = redis_cpu(admin)
+    redis_before = cpu_seconds(admin.info("cpu"))
     reports = [results.get() for _ in workers]
     for worker in workers:
         worker.join()
-    redis_used = redis_cpu(admin) - redis_before
+    redis_used = cpu_seconds(admin.info("cpu")) - redis_before
     drained = sum(report[0] for report in reports)
     wall = max(report[1] for report in reports) - release_at
     return {

@@ -36,7 +36,7 @@ import redis
 import redis.asyncio as aioredis
 
 from benchmarks.ceiling import TASK_BODY
-from benchmarks.common import emit
+from benchmarks.common import cpu_seconds, emit
 from delayq import Queue
 from delayq.scripts import lua_source
 from tests.redis_server import RedisServer
@@ -179,8 +179,7 @@ def floor_phases(client: aioredis.Redis, shas: dict[str, str], n: int) -> tuple[
 def counters(admin: redis.Redis) -> tuple[float, float]:
     """(µs inside EVALSHA so far, redis-server user+sys CPU seconds so far)."""
     stats = admin.info("commandstats").get("cmdstat_evalsha", {"usec": 0})
-    cpu = admin.info("cpu")
-    return float(stats["usec"]), float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    return float(stats["usec"]), cpu_seconds(admin.info("cpu"))
 
 
 async def run_phases(admin: redis.Redis, phases: tuple[Phase, ...], n: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import KEY_LATENESS, TASK_NAME_BACKLOG, percentile
+from benchmarks.common import KEY_LATENESS, TASK_NAME_BACKLOG, cpu_seconds, percentile
 
 if TYPE_CHECKING:
     from benchmarks.harness import Context
@@ -248,8 +248,7 @@ def _lifecycle_cost(ctx: Context, lib: str, send_role: str) -> dict[str, Any]:
 
 
 def _redis_cpu_s(ctx: Context) -> float:
-    cpu = ctx.data.client.info("cpu")
-    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+    return cpu_seconds(ctx.data.client.info("cpu"))
 
 
 # --------------------------------------------------------------------------- 7. scale
