@@ -123,16 +123,15 @@ class _LaneProtocol(asyncio.Protocol):
 
     def _check_silence(self) -> None:
         self._watchdog = None
-        if not self._waiting or self.lost is not None:
+        timeout = self._timeout
+        if not self._waiting or self.lost is not None or not timeout:
             return
         silent = self.loop.time() - self._heard_at
-        if silent >= (self._timeout or 0):
+        if silent >= timeout:
             self._fail(RedisTimeoutError("Timeout reading from socket"))
             self._transport.abort()
         else:
-            self._watchdog = self.loop.call_later(
-                (self._timeout or 0) - silent, self._check_silence
-            )
+            self._watchdog = self.loop.call_later(timeout - silent, self._check_silence)
 
     def _fail(self, error: Exception) -> None:
         if self.lost is None:
