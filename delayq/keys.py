@@ -8,7 +8,8 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:tasks:<b>  HASH  id -> header "attempts,token,max,ttr,enqueued,due",
                                                id + NUL byte -> body JSON (b: from sha1(id), hex)
     delayq:{shop:order.close}:buckets    STRING number of task buckets (absent: 4,096)
-    delayq:{shop:order.close}:reserved   ZSET  id -> lease deadline ms
+    delayq:{shop:order.close}:reserved   ZSET  id -> lease deadline ms, plus one pin member
+                                               (NUL-prefixed, score +inf) that keeps it a skiplist
     delayq:{shop:order.close}:dead       ZSET  id -> dead-lettered at ms
     delayq:{shop:order.close}:errors     HASH  id -> last error
     delayq:{shop:order.close}:slots      STRING counter that numbers new slots

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis.asyncio
 
-from delayq import Queue, RedisCommandError
+from delayq import InvalidNameError, Queue, RedisCommandError
 from delayq.keys import BODY_FIELD_SUFFIX
 from delayq.scripts import lua_source
 from delayq.task import Envelope
@@ -382,7 +382,30 @@ async def test_ack_batch_with_valid_and_stale_tokens(
     # An ack removes the task and its error record; nothing of it is left behind.
     assert await stored_task_keys(redis_client, keys) == []
     assert await redis_client.hlen(keys.errors) == 0
-    assert await redis_client.zcard(keys.reserved) == 0
+    # Only the member that pins the set's encoding is left (score +inf, see docs/keys.md).
+    assert await redis_client.zcount(keys.reserved, "-inf", "(inf") == 0
+
+
+async def test_the_reserved_set_stays_a_skiplist_and_its_pin_is_no_lease(
+    queue: Queue, redis_client: redis.asyncio.Redis
+) -> None:
+    # As a listpack, every lease written or looked up scans the whole set; a pin member
+    # keeps it a skiplist.  The pin must never read as a lease, a due time or a task.
+    keys = queue.keys("t")
+    await queue.send("t", {}, task_id="a")
+    _, _, [(_, token, _)] = await reserve(queue, "t")
+    assert await redis_client.object("encoding", keys.reserved) == b"skiplist"
+    assert (await queue.stats())["t"].reserved == 1
+    assert await queue.scripts.ack(keys, [("a", token)]) == [True]
+    assert await redis_client.object("encoding", keys.reserved) == b"skiplist"
+    assert await queue.stats() == {}  # a topic with nothing in it is not listed
+    [(pin, score)] = await redis_client.zrange(keys.reserved, 0, -1, withscores=True)
+    assert pin.startswith(b"\0") and len(pin) > 64 and score == float("inf")
+    # Nothing due and no lease left: the reply says "nothing to wait for", not +inf.
+    _, wake, items = await reserve(queue, "t")
+    assert (wake, items) == (-1, [])
+    with pytest.raises(InvalidNameError):  # no task id can be the pin
+        await queue.send("t", {}, task_id=pin.decode())
 
 
 async def test_ack_takes_a_batch_as_large_as_a_busy_worker_sends(queue: Queue) -> None:

@@ -15,6 +15,15 @@
 
 local SLOT_MAX = 128
 
+-- The reserved ZSET (id -> lease deadline) holds one more member, never removed: a name
+-- longer than zset-max-listpack-value (64 by default) keeps the set a skiplist.  As a
+-- listpack each ZADD, ZMSCORE and ZREM of a lease scans the whole set, and a worker keeps
+-- about a batch of leases (~100) in it: leasing 100 tasks took 119 us of ZADD there
+-- against 21 us as a skiplist.  Leases are few and short-lived, so the skiplist's extra
+-- memory does not matter.  The name starts with a NUL byte, which no task id may hold,
+-- and its score +inf puts it after every deadline: range reads stop at '(inf'.
+local RESERVED_PIN = '\0delayq: pins this sorted set to the skiplist encoding (leases are O(log n))'
+
 -- Buckets split as a topic grows (linear hashing), so that each stays a listpack: a bucket
 -- past 128 fields turns into a hashtable, and at a million tasks in 4,096 buckets that made
 -- the bucket commands 2-10x as costly.  There are `bucket_count` buckets, numbered from 0;

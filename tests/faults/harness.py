@@ -274,7 +274,7 @@ for _, bucket in ipairs(redis.call('KEYS', prefix .. 'tasks:*')) do
     end
   end
 end
-return { schedule, redis.call('ZRANGE', prefix .. 'reserved', 0, -1),
+return { schedule, redis.call('ZRANGE', prefix .. 'reserved', '-inf', '(inf', 'BYSCORE'),
          redis.call('ZRANGE', prefix .. 'dead', 0, -1), tasks }
 """
 
@@ -306,3 +306,9 @@ def expired_leases(client: redis.Redis, queue_name: str, topic: str, slack_ms: i
     now_ms = seconds * 1000 + micros // 1000
     key = f"delayq:{{{queue_name}:{topic}}}:reserved"
     return int(client.zcount(key, "-inf", now_ms - slack_ms))
+
+
+def leases(client: redis.Redis, reserved_key: str) -> int:
+    """Leases in a ``reserved`` ZSET, not counting the member that pins its encoding
+    (score +inf, see docs/keys.md)."""
+    return int(client.zcount(reserved_key, "-inf", "(inf"))

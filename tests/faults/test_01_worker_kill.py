@@ -14,7 +14,7 @@ import pytest
 
 from tests.faults.apps.plan import WORK_TOPIC, real_now
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import Producer, task_ids, wait_until
+from tests.faults.harness import Producer, leases, task_ids, wait_until
 
 TTR = 2.0
 HELD = 100
@@ -37,8 +37,8 @@ async def test_01_worker_sigkill_holding_100_leases(
     # Sent before A starts, so that A's first reserve call leases all 100 at once.
     await producer.send_many(ids[:HELD])
     holder = await spawn_worker(server, concurrency=HELD, ttr=TTR, steps=steps).started()
-    await wait_until(lambda: admin.zcard(reserved_key) == HELD, 10, "A to lease 100")
-    held = {m.decode() for m in admin.zrange(reserved_key, 0, -1)}
+    await wait_until(lambda: leases(admin, reserved_key) == HELD, 10, "A to lease 100")
+    held = {m.decode() for m in admin.zrange(reserved_key, "-inf", "(inf", byscore=True)}
     await producer.send_many(ids[HELD:])
     standby = await spawn_worker(server, concurrency=HELD, ttr=TTR).started()
 

@@ -29,7 +29,14 @@ import pytest
 from delayq import Queue, RedisUnavailableError, TaskInfo
 from tests.faults.apps.plan import WORK_TOPIC, real_now
 from tests.faults.checker import Delivery, assert_no_loss, check, read_log
-from tests.faults.harness import Producer, consistency_problems, expired_leases, sized, wait_until
+from tests.faults.harness import (
+    Producer,
+    consistency_problems,
+    expired_leases,
+    leases,
+    sized,
+    wait_until,
+)
 from tests.faults.proxy import FaultProxy
 
 CUTS = sized(1_000, 3_000)
@@ -193,7 +200,7 @@ async def test_06_cut_mid_script_never_half_applied(
         # orphaned lease; they are not in ``expected``, so wait for the worker to finish
         # them too: what must never happen is a lease that stays in ``reserved``.
         reserved_key = queue.keys(WORK_TOPIC).reserved
-        await wait_until(lambda: admin.zcard(reserved_key) == 0, 10, "reserved to empty")
+        await wait_until(lambda: leases(admin, reserved_key) == 0, 10, "reserved to empty")
     cancelled = {t for t in ledger.gone if t not in {d.task_id for d in ledger.acked}}
     report = check("06 connection cut mid-script (each transition)",
                    sent=ledger.producer.sent, returned=ledger.producer.returned - cancelled,
@@ -248,7 +255,7 @@ async def test_06_connections_cut_under_load(
             lambda: producer.returned <= _done(log_dir), ttr + 15, "every task delivered"
         )
         await wait_until(
-            lambda: admin.zcard(f"delayq:{{{queue_name}:{WORK_TOPIC}}}:reserved") == 0,
+            lambda: leases(admin, f"delayq:{{{queue_name}:{WORK_TOPIC}}}:reserved") == 0,
             ttr + 5,
             "reserved to empty",
         )
