@@ -330,6 +330,26 @@ async def test_send_many_skips_live_ids_and_repeats_across_batches(
     ]
 
 
+async def test_send_many_reorders_for_redis_but_not_for_the_caller(queue: Queue) -> None:
+    """Tasks go to Redis sorted by (delay, id), which is cheaper to insert, yet every id keeps
+    its own body and delay; with a repeated id nothing is reordered, and the first send of
+    it wins even when the second is due earlier."""
+    task_ids = ["m", "z", "a", "k"]
+    delays = [50, 10, 50, 30]
+    bodies = [{"i": n} for n in range(4)]
+    assert await queue.send_many("t", bodies, task_ids=task_ids, delay=delays, batch_size=2) == (
+        task_ids
+    )
+    for n, task_id in enumerate(task_ids):
+        info = await stored(queue, "t", task_id)
+        assert info.body == {"i": n}
+        assert ms(info.due_at) - ms(info.enqueued_at) == delays[n] * 1000
+    await queue.send_many("t", [{"v": 1}, {"v": 2}], task_ids=["dup", "dup"], delay=[60, 5])
+    info = await stored(queue, "t", "dup")
+    assert info.body == {"v": 1}
+    assert ms(info.due_at) - ms(info.enqueued_at) == 60_000
+
+
 async def test_send_many_validates_everything_before_writing(
     queue: Queue, redis_client: redis.asyncio.Redis
 ) -> None:
