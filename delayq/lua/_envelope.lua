@@ -49,11 +49,31 @@ local function leased_header(raw, token)
   return string.format('%d,%d,', attempts + 1, token) .. rest, tonumber(ttr)
 end
 
+-- The decimal text of an integral number of ms.  Lua turns a number into text with '%.14g'
+-- wherever a string is needed (a redis.call argument, a concatenation), and glibc formats
+-- that in multi-precision arithmetic: 0.28 us a number here, against 0.11 us for '%d'.
+-- Scripts that write many numbers reuse the text of repeated ones (see text_of_last).
+local function int_text(n)
+  return string.format('%d', n)
+end
+
+-- A formatter that remembers the last number it formatted: a batch of tasks sent with one
+-- delay, or leased with one ttr, formats its due time or lease deadline once.
+local function text_of_last()
+  local last, text = nil, nil
+  return function(n)
+    if n ~= last then
+      last, text = n, string.format('%d', n)
+    end
+    return text
+  end
+end
+
 -- The header of a task not yet attempted.  max_attempts and ttr are the caller's decimal
--- strings; `now` is formatted once per call by the caller.  One concatenation: building a
--- table for table.concat cost a send_many a quarter of its Redis time per task.
-local function new_header(max_attempts, ttr, now_text, due)
-  return '0,0,' .. max_attempts .. ',' .. ttr .. ',' .. now_text .. ',' .. string.format('%d', due)
+-- strings, `now_text` and `due_text` decimal ms.  One concatenation: building a table for
+-- table.concat cost a send_many a quarter of its Redis time per task.
+local function new_header(max_attempts, ttr, now_text, due_text)
+  return '0,0,' .. max_attempts .. ',' .. ttr .. ',' .. now_text .. ',' .. due_text
 end
 
 -- Scripts check key types before their first write: Redis does not roll a script back

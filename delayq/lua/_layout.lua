@@ -325,6 +325,7 @@ local function schedule_add(prefix, wheel, entries)
     table.sort(sorted, function(a, b) return a[1] < b[1] end)
   end
   local i, earliest = 1, nil
+  local due_text = text_of_last()
   while i <= #sorted do
     local due = sorted[i][1]
     local n, bound, after_another = slot_at(wheel, due)
@@ -373,7 +374,7 @@ local function schedule_add(prefix, wheel, entries)
       -- into a new slot: 0.66 us each, against 1.58 in ascending order).
       local batch = {}
       for k = i - 1, first, -1 do
-        batch[#batch + 1] = sorted[k][1]
+        batch[#batch + 1] = due_text(sorted[k][1])
         batch[#batch + 1] = sorted[k][2]
       end
       redis.call('ZADD', key, unpack(batch))

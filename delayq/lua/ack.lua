@@ -18,13 +18,14 @@ for i = 1, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
   headers[#ids] = read_header(prefix, ARGV[i])
 end
--- One read of the reserved ZSET for the whole batch: per-call overhead dominates otherwise.
-local leased = redis.call('ZMSCORE', reserved, unpack(ids))
-local done, out, seen = {}, {}, {}
+-- A task whose header carries the token is acked if its lease is still in `reserved`: ZREM
+-- tests and removes it in one command.  (A ZMSCORE of the batch costs more: Redis prints
+-- each score it returns as a floating-point number.)  A repeated id is refused by its
+-- second ZREM.
+local done, out = {}, {}
 for n, id in ipairs(ids) do
   local raw = headers[n]
-  if raw and leased[n] and header_token(raw) == ARGV[2 * n] and not seen[id] then
-    seen[id] = true
+  if raw and header_token(raw) == ARGV[2 * n] and redis.call('ZREM', reserved, id) == 1 then
     done[#done + 1] = id
     out[n] = 1
   else
@@ -32,7 +33,6 @@ for n, id in ipairs(ids) do
   end
 end
 if #done > 0 then
-  redis.call('ZREM', reserved, unpack(done))
   for _, id in ipairs(done) do
     delete_task(prefix, id)
   end

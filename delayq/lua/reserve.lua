@@ -94,23 +94,23 @@ end
 -- the reserved ZSET written once; only the buckets (one per task) are touched per task.
 local out = { tonumber(clock[1]) * 1000000 + tonumber(clock[2]), -1, skipped }
 local due, cuts = schedule_due(prefix, wheel, now, max_tasks)
-local stored = {}
+local leased_raw, leased_body = {}, {}
 for i, id in ipairs(due) do
-  stored[i] = { read_task(prefix, id) }
+  leased_raw[i], leased_body[i] = read_task(prefix, id)
 end
 schedule_cut(prefix, wheel, cuts)
 if #due > 0 then
   local first_token = redis.call('INCRBY', seq, #due) - #due
-  local leases = {}
+  local leases, deadline_text = {}, text_of_last()
   for i, id in ipairs(due) do
-    local raw, body = stored[i][1], stored[i][2]
+    local raw, body = leased_raw[i], leased_body[i]
     if raw then
       local header, ttr = leased_header(raw, first_token + i)
       if not header or not body then
         bury_corrupt(id)
       else
         redis.call('HSET', bucket_of(prefix, id), id, header)
-        leases[#leases + 1] = now + (ttr > 0 and ttr or default_ttr)
+        leases[#leases + 1] = deadline_text(now + (ttr > 0 and ttr or default_ttr))
         leases[#leases + 1] = id
         out[#out + 1] = id
         out[#out + 1] = joined(header, body)

@@ -59,5 +59,5 @@ if header then
   redis.call('ZREM', dead, id)
 end
 redis.call('HSET', bucket_of(prefix, id), id,
-  new_header(max_attempts, ttr, string.format('%d', now), due), body_field(id), body)
+  new_header(max_attempts, ttr, int_text(now), int_text(due)), body_field(id), body)
 return { 1, due }

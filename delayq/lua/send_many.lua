@@ -16,7 +16,7 @@ if bad then
   return bad
 end
 local now = now_ms()
-local now_text = string.format('%d', now)
+local now_text, due_text = int_text(now), text_of_last()
 
 local ids, existing = {}, {}
 for i = 3, #ARGV, 6 do
@@ -43,7 +43,7 @@ for n, id in ipairs(ids) do
     scheduled[#scheduled + 1] = due
     scheduled[#scheduled + 1] = id
     stored[#stored + 1] = { id,
-      new_header(ARGV[i + 3], ARGV[i + 4], now_text, due),
+      new_header(ARGV[i + 3], ARGV[i + 4], now_text, due_text(due)),
       ARGV[i + 5], existing[n] }
     earliest = math.min(earliest or due, due)
     latest = math.max(latest or due, due)

@@ -33,7 +33,7 @@ ACL_COMMANDS = [
     "evalsha", "script|load", "info", "sadd", "smembers", "subscribe",
     # inside the scripts
     "time", "type", "zrange", "zadd", "zrem", "zremrangebyrank", "zscore", "zmscore",
-    "zcard", "hget", "hmget", "hset", "hdel", "hexists", "incrby", "publish",
+    "zcard", "zcount", "hget", "hmget", "hset", "hdel", "hexists", "incrby", "publish",
     "get", "hlen",
     # inside the scripts, only when a task bucket splits (a topic of ~100,000 tasks)
     "hgetall", "set", "object|encoding",
