@@ -1,12 +1,22 @@
-"""Acknowledgements, batched: one ack.lua call per topic for every ack that arrived while
-the previous call was in flight.  Under load this turns N acks into a handful of calls;
-when idle an ack goes out at once."""
+"""Acknowledgements, batched and out of the handlers' way.
+
+A handler that succeeded queues its ack and frees its slot at once: the worker's next
+reserve then goes out together with the flush of the acks, instead of one round trip after
+it.  One ack.lua call per topic carries every ack that arrived while the previous call was
+in flight, so under load N acks take a handful of calls, and when idle an ack goes out at
+once.  The worker learns each outcome through a callback.
+
+Queued acks are bounded: once more than ``limit`` are waiting for Redis (it is slow or
+refusing them), :meth:`Acker.room` makes finished handlers wait, so that a worker whose
+acks fail does not keep leasing new tasks.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from delayq.cancel import raise_if_cancelling
@@ -14,40 +24,53 @@ from delayq.errors import DelayqError
 
 if TYPE_CHECKING:
     from delayq.keys import TopicKeys
+    from delayq.lease import Delivery
     from delayq.scripts import Scripts
 
 log = logging.getLogger("delayq.worker")
 
-Lease = tuple[str, str]  # (task id, fencing token)
+Outcome = Callable[["Delivery", bool], None]
+"""Called once per queued ack: True when applied; False when the lease was lost (another
+worker may hold the task) or the ack could not reach Redis before the worker stopped."""
 
 
 class Acker:
-    """Collects acks and flushes them in batches; ``ack`` returns once its batch is applied."""
+    """Collects acks and flushes them in batches, reporting each outcome to ``on_outcome``.
 
-    def __init__(self, scripts: Scripts) -> None:
+    Args:
+        scripts: runs ack.lua.
+        on_outcome: called with each delivery and whether its ack was applied.
+        limit: most acks queued or in flight before :meth:`room` makes callers wait.
+    """
+
+    def __init__(self, scripts: Scripts, on_outcome: Outcome, *, limit: int) -> None:
         self._scripts = scripts
-        self._batch: defaultdict[TopicKeys, list[Lease]] = defaultdict(list)
-        self._flushed: asyncio.Future[set[tuple[str, Lease]]] | None = None
+        self._on_outcome = on_outcome
+        self._limit = limit
+        self._batch: defaultdict[TopicKeys, list[Delivery]] = defaultdict(list)
+        self._pending = 0  # queued or in flight
         self._has_work = asyncio.Event()
+        self._has_room = asyncio.Event()
+        self._has_room.set()
         self._closing = False
 
-    async def ack(self, keys: TopicKeys, task_id: str, token: str) -> bool:
-        """Queue an ack and wait for its batch.
+    @property
+    def pending(self) -> int:
+        """Acks queued or in flight."""
+        return self._pending
 
-        Returns:
-            True if acked; False if the lease was lost (another worker may hold the task),
-            or the ack could not reach Redis before the worker stopped.
-        """
-        if self._flushed is None:
-            self._flushed = asyncio.get_running_loop().create_future()
-        flushed = self._flushed
-        lease = (task_id, token)
-        self._batch[keys].append(lease)
+    def submit(self, delivery: Delivery) -> None:
+        """Queue the ack of a delivery whose handler succeeded."""
+        self._batch[delivery.keys].append(delivery)
+        self._pending += 1
+        if self._pending > self._limit:
+            self._has_room.clear()
         self._has_work.set()
-        # Shielded: the future is shared by the whole batch; one cancelled waiter must not
-        # cancel it for the others.
-        refused = await asyncio.shield(flushed)
-        return (keys.topic, lease) not in refused
+
+    async def room(self) -> None:
+        """Return once no more than ``limit`` acks are queued or in flight."""
+        while self._pending > self._limit:
+            await self._has_room.wait()
 
     def close(self) -> None:
         """Ask ``run`` to flush what is queued and return."""
@@ -66,7 +89,6 @@ class Acker:
                 self._has_work.clear()
                 continue
             batch, self._batch = self._batch, defaultdict(list)
-            flushed, self._flushed = self._flushed, None
             try:
                 refused = await self._flush(batch)
             except DelayqError as exc:
@@ -75,40 +97,41 @@ class Acker:
                     log.error(
                         "giving up on %d acks: %s; their leases will expire", _size(batch), exc
                     )
-                    refused = {(k.topic, lease) for k, leases in batch.items() for lease in leases}
+                    refused = {id(d) for deliveries in batch.values() for d in deliveries}
                 else:
                     log.warning("ack failed (%s); retrying", exc)
-                    self._requeue(batch, flushed)
+                    self._requeue(batch)
                     await asyncio.sleep(min(0.05 * 2**failures, 1.0))
                     continue
             failures = 0
-            if flushed is not None:
-                flushed.set_result(refused)
+            self._report(batch, refused)
 
-    def _requeue(
-        self,
-        batch: defaultdict[TopicKeys, list[Lease]],
-        flushed: asyncio.Future[set[tuple[str, Lease]]] | None,
-    ) -> None:
-        # Acks that arrived since go out with the retried ones; their waiters are chained.
-        for keys, leases in self._batch.items():
-            batch[keys].extend(leases)
-        newer = self._flushed
-        self._batch, self._flushed = batch, flushed
-        if newer is not None and flushed is not None:
-            flushed.add_done_callback(lambda f: newer.set_result(f.result()))
+    def _report(self, batch: dict[TopicKeys, list[Delivery]], refused: set[int]) -> None:
+        for deliveries in batch.values():
+            for delivery in deliveries:
+                self._on_outcome(delivery, id(delivery) not in refused)
+        self._pending -= _size(batch)
+        if self._pending <= self._limit:
+            self._has_room.set()
+
+    def _requeue(self, batch: defaultdict[TopicKeys, list[Delivery]]) -> None:
+        # Acks that arrived since go out with the retried ones.
+        for keys, deliveries in self._batch.items():
+            batch[keys].extend(deliveries)
+        self._batch = batch
         self._has_work.set()
 
-    async def _flush(self, batch: dict[TopicKeys, list[Lease]]) -> set[tuple[str, Lease]]:
-        async def one(keys: TopicKeys, leases: list[Lease]) -> list[tuple[str, Lease]]:
+    async def _flush(self, batch: dict[TopicKeys, list[Delivery]]) -> set[int]:
+        """Apply a batch; returns the ``id()`` of each delivery whose ack was refused."""
+
+        async def one(keys: TopicKeys, deliveries: list[Delivery]) -> list[int]:
+            leases = [(d.task_id, d.envelope.token) for d in deliveries]
             applied = await self._scripts.ack(keys, leases)
-            return [
-                (keys.topic, lease) for lease, ok in zip(leases, applied, strict=True) if not ok
-            ]
+            return [id(d) for d, ok in zip(deliveries, applied, strict=True) if not ok]
 
         results = await asyncio.gather(*(one(k, v) for k, v in batch.items()))
         return {item for result in results for item in result}
 
 
-def _size(batch: dict[TopicKeys, list[Lease]]) -> int:
-    return sum(len(leases) for leases in batch.values())
+def _size(batch: dict[TopicKeys, list[Delivery]]) -> int:
+    return sum(len(deliveries) for deliveries in batch.values())

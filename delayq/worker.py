@@ -6,6 +6,9 @@ Shape of a running worker (one asyncio.TaskGroup)::
     Wakeup ──sets──▶ per-topic event ──▶ fetch loop (one per topic) ──reserve.lua──▶ buffer
     buffer ──▶ `concurrency` consumers ──▶ handler ──▶ Acker (ack.lua, batched) | nack.lua
 
+A consumer frees its slot once its ack is queued, so the next reserve travels with the
+acks' flush rather than a round trip after it.
+
 A fetch loop never polls: it sleeps until the next due time or lease deadline that
 reserve.lua returned (Redis's clock, measured as a delta) or until woken by a publish.
 """
@@ -105,7 +108,7 @@ class Worker:
         self._running = 0
         self._idle = asyncio.Event()
         self._wakeup = Wakeup(queue.redis, [queue.keys(t.name).wake for t in self.topics])
-        self._acker = Acker(queue.scripts)
+        self._acker = Acker(queue.scripts, self._acked, limit=concurrency)
 
     def stop(self) -> None:
         """Stop reserving and shut down gracefully (idempotent).  A second call skips the grace."""
@@ -303,10 +306,14 @@ class Worker:
                 )
             await self._nack(d, "retry", self._backoff_ms(d), error)
         else:
-            acked = await self._acker.ack(d.keys, d.task_id, envelope.token)
-            self._held.pop((topic.name, d.task_id), None)
-            if not acked:
-                log.warning("ack of %s/%s refused: its lease was lost", topic.name, d.task_id)
+            # The slot is free once the ack is queued (see Acker); _acked ends the delivery.
+            self._acker.submit(d)
+            await self._acker.room()
+
+    def _acked(self, d: Delivery, acked: bool) -> None:
+        self._held.pop((d.topic.name, d.task_id), None)
+        if not acked:
+            log.warning("ack of %s/%s refused: its lease was lost", d.topic.name, d.task_id)
 
     @staticmethod
     def _backoff_ms(d: Delivery) -> int:
