@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Self, overload
 
 from delayq.backoff import Backoff
@@ -298,19 +299,21 @@ class Queue:
         fields: list[str | int | bytes] = []
         sent_ids = []
         for n in _schedule_order(ids, delays_ms):
-            fields += (ids[n], "d", delays_ms[n], attempts, ttr_ms, encoded[n])
+            fields += (ids[n], delays_ms[n], encoded[n])
             sent_ids.append(ids[n])
         batches = [
-            fields[6 * start : 6 * (start + batch_size)] for start in range(0, len(ids), batch_size)
+            fields[3 * start : 3 * (start + batch_size)] for start in range(0, len(ids), batch_size)
         ]
+        send = functools.partial(
+            self.scripts.send_many, keys,
+            max_attempts=attempts, ttr_ms=ttr_ms, tolerance_ms=self.past_tolerance_ms,
+        )  # fmt: skip
         if self._durable is None:
-            await self._send_overlapped(keys, batches)
+            await self._send_overlapped(send, batches)
         else:
             for number, batch in enumerate(batches):
                 try:
-                    await self.scripts.send_many(
-                        keys, batch, tolerance_ms=self.past_tolerance_ms, durable=self._durable
-                    )
+                    await send(batch, durable=self._durable)
                 except NotDurableError as exc:
                     await self._announce_quietly(topic)  # the batch is stored
                     raise NotDurableError(
@@ -320,8 +323,10 @@ class Queue:
         await self._announce_quietly(topic)
         return ids
 
+    @staticmethod
     async def _send_overlapped(
-        self, keys: TopicKeys, batches: list[list[str | int | bytes]]
+        send: Callable[[list[str | int | bytes]], Awaitable[list[int]]],
+        batches: list[list[str | int | bytes]],
     ) -> None:
         """Run send_many.lua on each batch, the next one sent while Redis runs the previous
         (two in flight): the client's packing and parsing of one batch hides behind Redis's
@@ -329,11 +334,7 @@ class Queue:
         in_flight: list[asyncio.Future[list[int]]] = []
         try:
             for batch in batches:
-                in_flight.append(
-                    asyncio.ensure_future(
-                        self.scripts.send_many(keys, batch, tolerance_ms=self.past_tolerance_ms)
-                    )
-                )
+                in_flight.append(asyncio.ensure_future(send(batch)))
                 if len(in_flight) == 2:
                     await in_flight.pop(0)
             while in_flight:

@@ -209,17 +209,20 @@ class Scripts:
         keys: TopicKeys,
         fields: Sequence[str | int | bytes],
         *,
+        max_attempts: int,
+        ttr_ms: int,
         tolerance_ms: int,
         durable: DurableSender | None = None,
     ) -> list[int]:
-        """Run send_many.lua on six fields per task (the id first). Returns a status per task
-        (as ``send``)."""
+        """Run send_many.lua on three fields per task (id, delay ms, body), every task with
+        the same ``max_attempts`` and ``ttr_ms`` (0 = the topic's default). Returns a status
+        per task (as ``send``)."""
         reply = await self._write(
             "send_many",
             waiting_keys(keys),
-            (tolerance_ms, keys.wake, *fields),
+            (tolerance_ms, keys.wake, "d", max_attempts, ttr_ms, *fields),
             durable,
-            ids=[str(v) for v in fields[::6]],  # ids are str (checked by the queue)
+            ids=[str(v) for v in fields[::3]],  # ids are str (checked by the queue)
             touch_key=keys.seq,
         )
         return [_int(status) for status in reply]

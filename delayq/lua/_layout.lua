@@ -316,18 +316,33 @@ end
 -- counter's INCRBY is the first write, so a key of the wrong type among them fails the call
 -- before anything changed (callers schedule before their other writes).
 local function schedule_add(prefix, wheel, entries)
-  local sorted, in_order = {}, true
-  for i = 1, #entries, 2 do
-    sorted[#sorted + 1] = { entries[i], entries[i + 1] }
-    in_order = in_order and (i == 1 or entries[i - 2] <= entries[i])
+  -- Kept flat, and sorted by due time only when out of order: a table per entry cost a
+  -- send_many a tenth of a microsecond a task.
+  local in_order = true
+  for k = 3, #entries, 2 do
+    if entries[k - 2] > entries[k] then
+      in_order = false
+      break
+    end
   end
   if not in_order then
-    table.sort(sorted, function(a, b) return a[1] < b[1] end)
+    local order = {}
+    for k = 1, #entries / 2 do
+      order[k] = k
+    end
+    table.sort(order, function(a, b) return entries[2 * a - 1] < entries[2 * b - 1] end)
+    local sorted = {}
+    for _, k in ipairs(order) do
+      sorted[#sorted + 1] = entries[2 * k - 1]
+      sorted[#sorted + 1] = entries[2 * k]
+    end
+    entries = sorted
   end
+  local total = #entries / 2
   local i, earliest = 1, nil
   local due_text = text_of_last()
-  while i <= #sorted do
-    local due = sorted[i][1]
+  while i <= total do
+    local due = entries[2 * i - 1]
     local n, bound, after_another = slot_at(wheel, due)
     local count = n and redis.call('ZCARD', slot_key(prefix, n))
     if earliest == nil then
@@ -357,15 +372,15 @@ local function schedule_add(prefix, wheel, entries)
     local key = slot_key(prefix, n)
     if count >= SLOT_MAX then
       if not split(prefix, wheel, n, bound, due) then
-        redis.call('ZADD', key, due, sorted[i][2])
+        redis.call('ZADD', key, due, entries[2 * i])
         i = i + 1
       end
     else
       -- Entries up to the next slot's bound go here (not needed for a last entry: slot_at
       -- placed it before that bound).
-      local limit = i < #sorted and next_bound(wheel, bound) or nil
+      local limit = i < total and next_bound(wheel, bound) or nil
       local first = i
-      while i <= #sorted and count < SLOT_MAX and (not limit or sorted[i][1] < limit) do
+      while i <= total and count < SLOT_MAX and (not limit or entries[2 * i - 1] < limit) do
         count = count + 1
         i = i + 1
       end
@@ -374,8 +389,8 @@ local function schedule_add(prefix, wheel, entries)
       -- into a new slot: 0.66 us each, against 1.58 in ascending order).
       local batch = {}
       for k = i - 1, first, -1 do
-        batch[#batch + 1] = due_text(sorted[k][1])
-        batch[#batch + 1] = sorted[k][2]
+        batch[#batch + 1] = due_text(entries[2 * k - 1])
+        batch[#batch + 1] = entries[2 * k]
       end
       redis.call('ZADD', key, unpack(batch))
     end

@@ -46,10 +46,11 @@ def _load(admin, queue: Queue, topic: str, count: int, due0: int, prefix: str) -
     for first in range(0, count, CHUNK):
         fields: list[str | int] = []
         for n in range(first, min(first + CHUNK, count)):
-            fields += (f"{prefix}{n}", "a", due0 + n, 0, 0, BODY)
-        # A tolerance of a day: the "due now" tasks are loaded with times in the past.
+            fields += (f"{prefix}{n}", due0 + n, BODY)
+        # A tolerance of a day: the "due now" tasks are loaded with (absolute) times in the
+        # past; no max attempts or ttr of their own.
         load(keys=[keys.prefix, keys.wheel, keys.dead, keys.errors],
-             args=[86_400_000, keys.wake, *fields])  # fmt: skip
+             args=[86_400_000, keys.wake, "a", 0, 0, *fields])  # fmt: skip
     admin.sadd(f"delayq:{{{queue.name}}}:topics", topic)
     return time.monotonic() - started
 
