@@ -509,10 +509,10 @@ def _schedule_order(ids: list[str], delays_ms: list[int]) -> list[int]:
     """The order in which ``send_many`` sends its tasks: by delay, then id, when the ids
     are distinct (else as given, so that the first of two sends of one id still wins).
 
-    Redis keeps a schedule slot's entries ordered by (due time, id), and send_many.lua
-    inserts each slot's share in descending order, so each insert stops at the front of
-    the slot's listpack instead of walking it: 1,000 tasks with one delay cost Redis
-    ~0.9 us less each.  Sorted input makes this sort linear.
+    Redis keeps a schedule slot's entries ordered by (due time, id), and the scripts'
+    ``schedule_add`` (``_layout.lua``) inserts each slot's share in descending order, so
+    each insert stops at the front of the slot's listpack instead of walking it: 1,000
+    tasks with one delay cost Redis ~0.9 us less each.  Sorted input makes this sort linear.
     """
     order = range(len(ids))
     if len(set(ids)) < len(ids):

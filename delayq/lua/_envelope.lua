@@ -63,7 +63,7 @@ local function text_of_last()
   local last, text = nil, nil
   return function(n)
     if n ~= last then
-      last, text = n, string.format('%d', n)
+      last, text = n, int_text(n)
     end
     return text
   end

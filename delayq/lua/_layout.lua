@@ -24,6 +24,22 @@ local SLOT_MAX = 128
 -- and its score +inf puts it after every deadline: range reads stop at '(inf'.
 local RESERVED_PIN = '\0delayq: pins this sorted set to the skiplist encoding (leases are O(log n))'
 
+-- Add leases {deadline1, id1, ...} to `reserved`, and the pin with them.
+local function add_leases(reserved, leases)
+  redis.call('ZADD', reserved, 'inf', RESERVED_PIN, unpack(leases))
+end
+
+-- The earliest lease deadline in `reserved` (ms), or nil when no task is leased.
+local function first_lease_deadline(reserved)
+  return tonumber(redis.call('ZRANGE', reserved, '-inf', '(inf', 'BYSCORE', 'LIMIT', 0, 1,
+    'WITHSCORES')[2])
+end
+
+-- The number of leases in `reserved`.
+local function lease_count(reserved)
+  return redis.call('ZCOUNT', reserved, '-inf', '(inf')
+end
+
 -- Buckets split as a topic grows (linear hashing), so that each stays a listpack: a bucket
 -- past 128 fields turns into a hashtable, and at a million tasks in 4,096 buckets that made
 -- the bucket commands 2-10x as costly.  There are `bucket_count` buckets, numbered from 0;

@@ -120,16 +120,16 @@ if #due > 0 then
     end
   end
   if #leases > 0 then
-    redis.call('ZADD', reserved, 'inf', RESERVED_PIN, unpack(leases))
+    add_leases(reserved, leases)
   end
 end
 
 -- 3. Tell the caller when to look again: the next due task or the next lease to expire.
 local next_due = schedule_head(prefix, wheel)
-local next_lease = redis.call('ZRANGE', reserved, '-inf', '(inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')[2]
+local next_lease = first_lease_deadline(reserved)
 if next_due and next_lease then
-  out[2] = math.min(next_due, tonumber(next_lease))
+  out[2] = math.min(next_due, next_lease)
 elseif next_due or next_lease then
-  out[2] = tonumber(next_due or next_lease)
+  out[2] = next_due or next_lease
 end
 return out

@@ -24,4 +24,4 @@ for i = 1, #slots, 2 do
   ready = ready + due
   delayed = delayed + count - due
 end
-return { delayed, ready, redis.call('ZCOUNT', reserved, '-inf', '(inf'), redis.call('ZCARD', dead) }
+return { delayed, ready, lease_count(reserved), redis.call('ZCARD', dead) }
