@@ -6,10 +6,8 @@ Shape of a running worker (one asyncio.TaskGroup)::
     Wakeup ──sets──▶ per-topic event ──▶ fetch loop (one per topic) ──reserve.lua──▶ buffer
     buffer ──▶ `concurrency` consumers ──▶ handler ──▶ Acker (ack.lua, batched) | nack.lua
 
-A fetch loop leases a part of the free slots per reserve.lua call (:func:`lease_part`), so
-that one part is leased in Redis while the handlers of the others run.  A consumer frees
-its slot once its ack is queued, so the next reserve travels with the acks' flush rather
-than a round trip after it.
+A consumer frees its slot once its ack is queued, so the next reserve travels with the
+acks' flush rather than a round trip after it.
 
 A fetch loop never polls: it sleeps until the next due time or lease deadline that
 reserve.lua returned (Redis's clock, measured as a delta) or until woken by a publish.
@@ -54,14 +52,6 @@ log = logging.getLogger("delayq.worker")
 
 MAX_BATCH = 100
 """Most tasks one reserve.lua call leases (bounds the script's run time)."""
-LEASE_PARTS = 4
-"""A worker leases its ``concurrency`` in about this many parts.  While one part's
-reserve.lua call is in flight the handlers of the others run, so the worker's Python and
-Redis overlap instead of taking turns (one call for all the slots left the worker idle
-while Redis leased, and Redis idle while the worker ran the batch)."""
-MIN_PART = 10
-"""Fewest tasks a part leases when more slots are free: a reserve.lua call has a fixed
-cost in Redis, paid once per part."""
 MAX_RECLAIM = 100
 """Most expired leases one reserve.lua call reclaims."""
 IDLE_RECHECK = 2.0
@@ -109,7 +99,7 @@ class Worker:
         self.concurrency = concurrency
         self.grace = to_seconds(grace, name="grace")
         self.topics = [queue.topics[name] for name in dict.fromkeys(names)]
-        self._batch = lease_part(concurrency)
+        self._batch = min(concurrency, MAX_BATCH)
         self._stopping = asyncio.Event()
         self._grace_over = asyncio.Event()
         self._held: dict[tuple[str, str], Delivery] = {}
@@ -402,14 +392,6 @@ class Worker:
             return
         log.info("releasing %d task(s): %s", len(deliveries), reason)
         await asyncio.gather(*(self._nack(d, "release", 0, "") for d in deliveries))
-
-
-def lease_part(concurrency: int) -> int:
-    """Most tasks one reserve call leases for a worker of ``concurrency`` slots: about
-    ``concurrency / LEASE_PARTS``, at least :data:`MIN_PART` (all the slots when there are
-    fewer) and at most :data:`MAX_BATCH`."""
-    part = max(MIN_PART, -(-concurrency // LEASE_PARTS))
-    return min(concurrency, part, MAX_BATCH)
 
 
 def log_skipped(topic: str, skipped: list[tuple[str, str]]) -> None:
