@@ -26,6 +26,7 @@ import resource
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -83,24 +84,57 @@ async def fill(url: str, name: str, n: int) -> None:
         await queue.send_many("noop", [{"i": i} for i in range(n)], batch_size=1000)
 
 
-def one_drain(url: str, admin: redis.Redis, processes: int, n: int) -> dict[str, float]:
-    name = f"cores-{uuid.uuid4().hex[:8]}"
-    asyncio.run(fill(url, name, n))
+def release_together(
+    target: Callable[..., None],
+    url: str,
+    name: str,
+    processes: int,
+    at_release: Callable[[], object] = lambda: None,
+) -> tuple[float, list[Any]]:
+    """Start ``processes`` copies of ``target(url, name, release_at, results)``, which begin
+    together at ``release_at``; ``at_release()`` runs then in this process.  Returns
+    ``release_at`` (wall clock) and what each process put on ``results``."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     release_at = time.time() + START_DELAY_S
     workers = [
-        context.Process(target=drain, args=(url, name, release_at, results))
+        context.Process(target=target, args=(url, name, release_at, results))
         for _ in range(processes)
     ]
     for worker in workers:
         worker.start()
     time.sleep(max(0.0, release_at - time.time()))
-    redis_before = cpu_seconds(admin.info("cpu"))
+    at_release()
     reports = [results.get() for _ in workers]
     for worker in workers:
         worker.join()
-    redis_used = cpu_seconds(admin.info("cpu")) - redis_before
+    return release_at, reports
+
+
+def interleaved(
+    counts: list[int], rounds: int, measure: Callable[[int], dict[str, float]]
+) -> tuple[dict[int, list[dict[str, float]]], dict[int, dict[str, float]]]:
+    """``measure(k)`` for every process count, round after round (so the host's drift hits
+    each count alike); returns every run and the per-count medians."""
+    runs: dict[int, list[dict[str, float]]] = {k: [] for k in counts}
+    for _ in range(rounds):
+        for k in counts:
+            runs[k].append(measure(k))
+    summary = {
+        k: {key: statistics.median(run[key] for run in measured) for key in measured[0]}
+        for k, measured in runs.items()
+    }
+    return runs, summary
+
+
+def one_drain(url: str, admin: redis.Redis, processes: int, n: int) -> dict[str, float]:
+    name = f"cores-{uuid.uuid4().hex[:8]}"
+    asyncio.run(fill(url, name, n))
+    redis_at_release: list[float] = []
+    release_at, reports = release_together(
+        drain, url, name, processes, lambda: redis_at_release.append(cpu_seconds(admin.info("cpu")))
+    )
+    redis_used = cpu_seconds(admin.info("cpu")) - redis_at_release[0]
     drained = sum(report[0] for report in reports)
     wall = max(report[1] for report in reports) - release_at
     return {
@@ -120,19 +154,15 @@ def main() -> None:
     counts = [int(k) for k in args.processes.split(",")]
     server = RedisServer().start()
     admin = redis.Redis.from_url(server.url)
-    runs: dict[int, list[dict[str, float]]] = {k: [] for k in counts}
     try:
-        for _ in range(args.rounds):
-            for k in counts:  # interleaved, so the host's drift hits each K alike
-                runs[k].append(one_drain(server.url, admin, k, args.n))
+        runs, summary = interleaved(
+            counts, args.rounds, lambda k: one_drain(server.url, admin, k, args.n)
+        )
     finally:
         admin.close()
         server.stop()
     print(f"drain of {args.n} ready tasks, medians of {args.rounds} rounds:")
-    summary = {}
-    for k, measured in runs.items():
-        med = {key: statistics.median(run[key] for run in measured) for key in measured[0]}
-        summary[k] = med
+    for k, med in summary.items():
         print(
             f"  {k} process(es): {med['rate']:8,.0f}/s   workers {med['worker_cores']:.2f} cores"
             f"   redis {med['redis_cores']:.2f}   sum {med['worker_cores'] + med['redis_cores']:.2f}"

@@ -28,14 +28,13 @@ import argparse
 import asyncio
 import bisect
 import itertools
-import multiprocessing
 import statistics
 import time
 import uuid
 from typing import Any
 
 from benchmarks.common import emit
-from benchmarks.drain_cores import QUIET_S, START_DELAY_S, fill
+from benchmarks.drain_cores import QUIET_S, fill, interleaved, release_together
 from tests.redis_server import RedisServer
 
 TOGETHER_S = 50e-6
@@ -124,18 +123,7 @@ def all_waiting(workers: list[list[Call]]) -> float:
 def one_round(url: str, processes: int, n: int) -> dict[str, float]:
     name = f"trace-{uuid.uuid4().hex[:8]}"
     asyncio.run(fill(url, name, n))
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    release_at = time.time() + START_DELAY_S
-    workers = [
-        context.Process(target=drain, args=(url, name, release_at, results))
-        for _ in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    traces: list[list[Call]] = [results.get() for _ in workers]
-    for worker in workers:
-        worker.join()
+    _, traces = release_together(drain, url, name, processes)
     calls = [call for trace in traces for call in trace]
     span = max(call[1] for call in calls) - min(call[0] for call in calls)
     python = [
@@ -167,23 +155,18 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(k) for k in args.processes.split(",")]
     server = RedisServer().start()
-    runs: dict[int, list[dict[str, float]]] = {k: [] for k in counts}
     try:
-        for _ in range(args.rounds):
-            for k in counts:  # interleaved, so the host's drift hits each K alike
-                runs[k].append(one_round(server.url, k, args.n))
+        runs, summary = interleaved(counts, args.rounds, lambda k: one_round(server.url, k, args.n))
     finally:
         server.stop()
     print(f"reserve calls of a drain of {args.n} ready tasks, medians of {args.rounds} rounds:")
-    summary = {}
-    for k, measured in runs.items():
-        med = {key: statistics.median(run[key] for run in measured) for key in measured[0]}
-        summary[k] = med
+    for k, med in summary.items():
         print(
-            f"  {k} process(es): {med['rate']:8,.0f}/s   round trip p50 / p90"
-            f" {med['round_trip_p50_ms']:.2f} / {med['round_trip_p90_ms']:.2f} ms, of it: to script {med['to_script_p50_ms']:.2f} / {med['to_script_p90_ms']:.2f}"
-            f", script to back {med['script_to_back_p50_ms']:.2f} /"
-            f" {med['script_to_back_p90_ms']:.2f};   Python p50 {med['python_p50_ms']:.2f} ms;"
+            f"  {k} process(es): {med['rate']:8,.0f}/s"
+            f"   round trip p50 / p90 {med['round_trip_p50_ms']:.2f} / "
+            f"{med['round_trip_p90_ms']:.2f} ms, of it: to script {med['to_script_p50_ms']:.2f} / "
+            f"{med['to_script_p90_ms']:.2f}, script to back {med['script_to_back_p50_ms']:.2f} / "
+            f"{med['script_to_back_p90_ms']:.2f};   Python p50 {med['python_p50_ms']:.2f} ms;"
             f"   replies together {100 * med['replies_together']:.0f}%;"
             f"   all waiting {100 * med['all_waiting_share']:.0f}% of the time"
         )
