@@ -27,12 +27,15 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from benchmarks.common import cpu_seconds, emit
 from tests.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from delayq import Queue
 
 QUIET_S = 0.3
 """A worker process stops once no task completed for this long."""
@@ -46,33 +49,44 @@ def process_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+async def drain_until_quiet(queue: Queue, release_at: float) -> tuple[int, float, float]:
+    """Register a counting no-op handler for ``noop`` on ``queue``, run a worker
+    (concurrency 100) from ``release_at`` until no task completed for ``QUIET_S``, and stop
+    it.  Returns the tasks completed, the wall time of the last completion, and this
+    process's CPU from the release until the drain went quiet."""
+    from delayq import Worker
+
+    done, last = 0, 0.0
+
+    @queue.topic("noop")
+    async def noop(body: dict[str, Any]) -> None:
+        nonlocal done, last
+        done += 1
+        last = time.time()
+
+    worker = Worker(queue, concurrency=100)
+    await asyncio.sleep(max(0.0, release_at - time.time()))
+    cpu_before = process_cpu_seconds()
+    running = asyncio.create_task(worker.run(handle_signals=False))
+    seen = -1
+    while done != seen or done == 0:
+        seen = done
+        await asyncio.sleep(QUIET_S)
+    cpu = process_cpu_seconds() - cpu_before
+    worker.stop()
+    await running
+    return done, last, cpu
+
+
 def drain(url: str, name: str, release_at: float, results: Any) -> None:
     """One worker process: drain until quiet, then report (count, last completion, CPU)."""
-    from delayq import Queue, Worker
+    from delayq import Queue
 
     async def run() -> None:
         queue = Queue.from_url(url, name=name)
-        done, last = 0, 0.0
-
-        @queue.topic("noop")
-        async def noop(body: dict[str, Any]) -> None:
-            nonlocal done, last
-            done += 1
-            last = time.time()
-
-        worker = Worker(queue, concurrency=100)
-        await asyncio.sleep(max(0.0, release_at - time.time()))
-        cpu_before = process_cpu_seconds()
-        running = asyncio.create_task(worker.run(handle_signals=False))
-        seen = -1
-        while done != seen or done == 0:
-            seen = done
-            await asyncio.sleep(QUIET_S)
-        cpu = process_cpu_seconds() - cpu_before
-        worker.stop()
-        await running
+        report = await drain_until_quiet(queue, release_at)
         await queue.close()
-        results.put((done, last, cpu))
+        results.put(report)
 
     asyncio.run(run())
 

@@ -34,7 +34,7 @@ import uuid
 from typing import Any
 
 from benchmarks.common import emit
-from benchmarks.drain_cores import QUIET_S, fill, interleaved, release_together
+from benchmarks.drain_cores import drain_until_quiet, fill, interleaved, release_together
 from tests.redis_server import RedisServer
 
 TOGETHER_S = 50e-6
@@ -47,7 +47,7 @@ at the script's start), in seconds."""
 
 def drain(url: str, name: str, release_at: float, results: Any) -> None:
     """One worker process: drain until quiet, then report its reserve calls that leased."""
-    from delayq import Queue, Worker
+    from delayq import Queue
 
     async def run() -> None:
         queue = Queue.from_url(url, name=name)
@@ -62,22 +62,7 @@ def drain(url: str, name: str, release_at: float, results: Any) -> None:
             return found
 
         queue.scripts.reserve_reporting = timed  # type: ignore[method-assign]
-        done = 0
-
-        @queue.topic("noop")
-        async def noop(body: dict[str, Any]) -> None:
-            nonlocal done
-            done += 1
-
-        worker = Worker(queue, concurrency=100)
-        await asyncio.sleep(max(0.0, release_at - time.time()))
-        running = asyncio.create_task(worker.run(handle_signals=False))
-        seen = -1
-        while done != seen or done == 0:
-            seen = done
-            await asyncio.sleep(QUIET_S)
-        worker.stop()
-        await running
+        await drain_until_quiet(queue, release_at)
         await queue.close()
         results.put(calls)
 
