@@ -199,6 +199,7 @@ class Recorder:
     _count: int = 0  # plain completions not yet flushed
     _lateness: list[float] = field(default_factory=list)  # tracked, not yet flushed
     _last_at: float = 0.0  # wall-clock time of this process's latest completion
+    first_at: float = 0.0  # wall-clock time of this process's first completion (0: none yet)
     _client: aioredis.Redis | None = None
 
     @property
@@ -216,6 +217,8 @@ class Recorder:
         else:
             self._count += 1
         self._last_at = now
+        if not self.processed:
+            self.first_at = now
         self.processed += 1
 
     async def flush(self) -> None:
@@ -532,6 +535,7 @@ async def _serve_until_done(
         "pid": os.getpid(),
         "started_at": started_at,
         "stopped_at": time.time(),
+        "first_at": recorder.first_at,
         "processed": recorder.processed,
         "forced_stop": forced,
     }

@@ -259,9 +259,12 @@ class Fleet:
             results.append(proc.result())
         started_at = min(r["started_at"] for r in results[: len(self.workers)])
         seconds = done_at - started_at
+        firsts = [r["first_at"] for r in results[: len(self.workers)] if r.get("first_at")]
         return {
             "workers": len(self.workers),
             "seconds": seconds,
+            # Release .. first completion: the library's start-up inside the measured time.
+            "startup_seconds": min(firsts) - started_at if firsts else None,
             "rate": self.target / seconds,
             # Only `target` tasks exist, so completions beyond it are re-runs.
             "extra_runs": self.completions() - self.target,

@@ -128,6 +128,7 @@ def drain(ctx: Context, lib: str) -> dict[str, Any]:
             done = fleet.wait_done(_timeout(n))
         metrics[f"drain{workers}_rate"] = done["rate"]
         metrics[f"drain{workers}_seconds"] = done["seconds"]
+        metrics[f"drain{workers}_startup_seconds"] = done["startup_seconds"]
         metrics["drain_extra_runs"] += done["extra_runs"]
         metrics["fill_method"] = fill["method"]
     return metrics
