@@ -101,18 +101,19 @@ async def fill(url: str, name: str, n: int) -> None:
 def release_together(
     target: Callable[..., None],
     url: str,
-    name: str,
+    arg: Any,
     processes: int,
     at_release: Callable[[], object] = lambda: None,
 ) -> tuple[float, list[Any]]:
-    """Start ``processes`` copies of ``target(url, name, release_at, results)``, which begin
-    together at ``release_at``; ``at_release()`` runs then in this process.  Returns
-    ``release_at`` (wall clock) and what each process put on ``results``."""
+    """Start ``processes`` copies of ``target(url, arg, release_at, results)`` (``arg``: a
+    topic's queue name, say, or any picklable value), which begin together at
+    ``release_at``; ``at_release()`` runs then in this process.  Returns ``release_at``
+    (wall clock) and what each process put on ``results``."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     release_at = time.time() + START_DELAY_S
     workers = [
-        context.Process(target=target, args=(url, name, release_at, results))
+        context.Process(target=target, args=(url, arg, release_at, results))
         for _ in range(processes)
     ]
     for worker in workers:
@@ -141,12 +142,15 @@ def interleaved(
     return runs, summary
 
 
-def one_drain(url: str, admin: redis.Redis, processes: int, n: int) -> dict[str, float]:
-    name = f"cores-{uuid.uuid4().hex[:8]}"
-    asyncio.run(fill(url, name, n))
+def cores_over_release(
+    target: Callable[..., None], url: str, arg: Any, admin: redis.Redis, processes: int
+) -> dict[str, float]:
+    """:func:`release_together`, where each process reports (tasks done, wall time of its
+    last, its CPU seconds): the tasks, tasks/s from the release to the last report's time,
+    and the cores the processes and redis-server used over that time."""
     redis_at_release: list[float] = []
     release_at, reports = release_together(
-        drain, url, name, processes, lambda: redis_at_release.append(cpu_seconds(admin.info("cpu")))
+        target, url, arg, processes, lambda: redis_at_release.append(cpu_seconds(admin.info("cpu")))
     )
     redis_used = cpu_seconds(admin.info("cpu")) - redis_at_release[0]
     drained = sum(report[0] for report in reports)
@@ -157,6 +161,14 @@ def one_drain(url: str, admin: redis.Redis, processes: int, n: int) -> dict[str,
         "worker_cores": sum(report[2] for report in reports) / wall,
         "redis_cores": redis_used / wall,
     }
+
+
+def one_drain(url: str, admin: redis.Redis, processes: int, n: int) -> dict[str, float]:
+    """Fill a new queue's ``noop`` topic with ``n`` ready tasks and drain it with
+    ``processes`` worker processes (see :func:`cores_over_release`)."""
+    name = f"cores-{uuid.uuid4().hex[:8]}"
+    asyncio.run(fill(url, name, n))
+    return cores_over_release(drain, url, name, admin, processes)
 
 
 def main() -> None:

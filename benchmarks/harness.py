@@ -257,9 +257,10 @@ class Fleet:
                     f"{proc.label} did not exit after the target\n{proc.tail()}"
                 ) from None
             results.append(proc.result())
-        started_at = min(r["started_at"] for r in results[: len(self.workers)])
+        workers = results[: len(self.workers)]
+        started_at = min(r["started_at"] for r in workers)
         seconds = done_at - started_at
-        firsts = [r["first_at"] for r in results[: len(self.workers)] if r.get("first_at")]
+        firsts = [r["first_at"] for r in workers if r["first_at"]]
         return {
             "workers": len(self.workers),
             "seconds": seconds,

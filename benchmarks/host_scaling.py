@@ -40,8 +40,8 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from benchmarks.common import cpu_seconds, emit
-from benchmarks.drain_cores import one_drain, process_cpu_seconds, release_together
+from benchmarks.common import emit
+from benchmarks.drain_cores import cores_over_release, one_drain, process_cpu_seconds
 from tests.redis_server import RedisServer
 
 BATCH = 100
@@ -160,21 +160,7 @@ def consume(url: str, load: Load, release_at: float, results: Any) -> None:
 
 def measure(url: str, admin: redis.Redis, processes: int, load: Load) -> dict[str, float]:
     """``processes`` copies of :func:`consume` released together: tasks/s and cores used."""
-    redis_at_release: list[float] = []
-    release_at, reports = release_together(
-        consume,
-        url,
-        load,  # type: ignore[arg-type]  # (drain_cores types it as a topic name)
-        processes,
-        lambda: redis_at_release.append(cpu_seconds(admin.info("cpu"))),
-    )
-    redis_used = cpu_seconds(admin.info("cpu")) - redis_at_release[0]
-    wall = max(report[1] for report in reports) - release_at
-    return {
-        "rate": sum(report[0] for report in reports) / wall,
-        "worker_cores": sum(report[2] for report in reports) / wall,
-        "redis_cores": redis_used / wall,
-    }
+    return cores_over_release(consume, url, load, admin, processes)
 
 
 Measure = Callable[[int], dict[str, float]]
