@@ -33,7 +33,80 @@ class Delivery:
     task_id: str
     envelope: Envelope
     deadline: float  # loop time at which the lease (and the handler's TTR) runs out
-    scope: asyncio.Timeout | None = field(default=None)
+    # Kept by Deadlines:
+    expired: bool = False  # the deadline passed before the delivery was done
+    runner: asyncio.Task[Any] | None = field(default=None)  # the task running its handler
+    cancels_before: int = 0  # runner.cancelling() when the handler started
+
+
+class Deadlines:
+    """Cancels a handler when its delivery's deadline passes, as ``asyncio.timeout_at``
+    would, with one loop timer per distinct deadline instead of one per handler.
+
+    The deliveries of one reserve call share a deadline, so a batch costs one timer, set
+    when the batch is accepted and cancelled when its last handler is done.  A ``Timeout``
+    per handler (an object, a timer and two task lookups each) took 13% of a worker's
+    busy time in a profile of a drain.  The cancel rules are ``Timeout``'s: the deadline cancels the
+    handler's task once, and :meth:`done` takes that cancel back and says whether it
+    was the cause, so a cancel from outside still propagates.
+    """
+
+    def __init__(self) -> None:
+        self._timers: dict[float, tuple[asyncio.TimerHandle, set[Delivery]]] = {}
+
+    def add(self, d: Delivery) -> None:
+        """Start ``d``'s deadline (it was just leased)."""
+        timer = self._timers.get(d.deadline)
+        if timer is None:
+            handle = asyncio.get_running_loop().call_at(d.deadline, self._expire, d.deadline)
+            timer = self._timers[d.deadline] = (handle, set())
+        timer[1].add(d)
+
+    def watch(self, d: Delivery, runner: asyncio.Task[Any]) -> None:
+        """``runner``, the current task, starts ``d``'s handler: cancel it at the deadline.
+        (A delivery whose deadline has passed must not start; see ``expired``.)"""
+        d.runner, d.cancels_before = runner, runner.cancelling()
+
+    def done(self, d: Delivery) -> bool:
+        """``d`` is done (its handler returned or raised, or it will not run); idempotent.
+
+        Returns True when its deadline cancelled the handler and nothing else cancelled
+        the task since :meth:`watch`: the handler's ``CancelledError`` is then a timeout."""
+        runner, d.runner = d.runner, None
+        if not d.expired:
+            self._remove(d)
+            return False
+        return runner is not None and runner.uncancel() <= d.cancels_before
+
+    def extend(self, d: Delivery, deadline: float) -> None:
+        """Move the deadline of ``d``, whose handler is running, later (its lease was
+        extended)."""
+        if d.runner is not None and not d.expired and deadline > d.deadline:
+            self._remove(d)
+            d.deadline = deadline
+            self.add(d)
+
+    def clear(self) -> None:
+        """Cancel every timer (the worker stopped)."""
+        for handle, _ in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+
+    def _remove(self, d: Delivery) -> None:
+        timer = self._timers.get(d.deadline)
+        if timer is not None:
+            handle, pending = timer
+            pending.discard(d)
+            if not pending:
+                handle.cancel()
+                del self._timers[d.deadline]
+
+    def _expire(self, deadline: float) -> None:
+        _, pending = self._timers.pop(deadline)
+        for d in pending:
+            d.expired = True
+            if d.runner is not None:
+                d.runner.cancel()
 
 
 class Slots:

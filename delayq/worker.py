@@ -36,7 +36,7 @@ from delayq.errors import (
     Retry,
     UnsupportedRedisError,
 )
-from delayq.lease import Delivery, Slots, local_deadline
+from delayq.lease import Deadlines, Delivery, Slots, local_deadline
 from delayq.task import Envelope, Task, from_millis
 from delayq.wakeup import Wakeup
 
@@ -105,6 +105,7 @@ class Worker:
         self._held: dict[tuple[str, str], Delivery] = {}
         self._buffer: asyncio.Queue[Delivery] = asyncio.Queue()
         self._slots = Slots(concurrency)
+        self._deadlines = Deadlines()
         self._running = 0
         self._idle = asyncio.Event()
         self._wakeup = Wakeup(queue.redis, [queue.keys(t.name).wake for t in self.topics])
@@ -162,6 +163,7 @@ class Worker:
             # Reached on a normal stop with nothing held, or when run() itself was cancelled:
             # hand back every lease still held so it is redelivered now, not after its TTR.
             await self._release(list(self._held.values()), "worker stopped")
+            self._deadlines.clear()
             for sig in signals:
                 loop.remove_signal_handler(sig)
             log.info("worker stopped")
@@ -238,6 +240,7 @@ class Worker:
         deadline = local_deadline(started, ttr_ms)
         delivery = Delivery(topic, keys, task_id, envelope, deadline=deadline)
         self._held[(topic.name, task_id)] = delivery
+        self._deadlines.add(delivery)
         self._buffer.put_nowait(delivery)
 
     async def _sleep(self, wake: asyncio.Event, seconds: float) -> None:
@@ -250,12 +253,14 @@ class Worker:
     # -- running handlers -------------------------------------------------------------------
 
     async def _consume(self) -> None:
+        me = asyncio.current_task()
+        assert me is not None
         while True:
             delivery = await self._buffer.get()
             self._running += 1
             self._idle.clear()
             try:
-                await self._execute(delivery)
+                await self._execute(delivery, me)
             except Exception:
                 # A bug of ours must not take the worker down; the lease expires and the
                 # task is redelivered.
@@ -269,11 +274,18 @@ class Worker:
                 self._slots.give(1)
             raise_if_cancelling()
 
-    async def _execute(self, d: Delivery) -> None:
+    async def _execute(self, d: Delivery, me: asyncio.Task[Any]) -> None:
         topic, envelope = d.topic, d.envelope
+        if d.expired:
+            # Leased, then left in the buffer past its deadline (a handler blocked the
+            # loop): another worker may run it soon, so this one must not start.
+            error = "TTRExceeded: the lease ran out before the handler started"
+            await self._nack(d, "retry", self._backoff_ms(d), error)
+            return
         try:
             body = decode_body(topic.name, envelope.body, topic.adapter, self.queue.max_body_bytes)
         except (BodyValidationError, BodyTooLargeError) as exc:
+            self._deadlines.done(d)
             # No attempt can succeed with this body: dead at once (_nack logs it).
             await self._nack(d, "dead", 0, f"{type(exc).__name__}: {exc}")
             return
@@ -285,9 +297,7 @@ class Worker:
             extend=lambda seconds: self._extend(d, seconds),
         )  # fmt: skip
         try:
-            async with asyncio.timeout_at(d.deadline) as scope:
-                d.scope = scope
-                await topic(body, task)
+            await self._run_handler(d, body, task, me)
         except Retry as retry:
             await self._retry(d, retry)
         except asyncio.CancelledError as exc:
@@ -297,7 +307,7 @@ class Worker:
             # that is its failure, not ours to stop on.
             await self._nack(d, "retry", self._backoff_ms(d), f"CancelledError: {exc}")
         except BaseException as exc:
-            if isinstance(exc, TimeoutError) and d.scope is not None and d.scope.expired():
+            if isinstance(exc, TimeoutError) and d.expired:
                 error = f"TTRExceeded: handler still running after its {task.ttr:g}s lease"
             else:
                 error = f"{type(exc).__name__}: {exc}"
@@ -309,6 +319,18 @@ class Worker:
             # The slot is free once the ack is queued (see Acker); _acked ends the delivery.
             self._acker.submit(d)
             await self._acker.room()
+
+    async def _run_handler(self, d: Delivery, body: Any, task: Task, me: asyncio.Task[Any]) -> None:
+        """Run ``d``'s handler in ``me`` (this task); TimeoutError once its lease runs out."""
+        self._deadlines.watch(d, me)
+        try:
+            await d.topic(body, task)
+        except asyncio.CancelledError as exc:
+            if self._deadlines.done(d):
+                raise TimeoutError from exc
+            raise
+        finally:
+            self._deadlines.done(d)
 
     def _acked(self, d: Delivery, acked: bool) -> None:
         self._held.pop((d.topic.name, d.task_id), None)
@@ -360,9 +382,7 @@ class Worker:
         deadline = await self.queue.scripts.extend(d.keys, d.task_id, d.envelope.token, ms)
         if not deadline:
             raise LeaseLostError(f"lease of {d.topic.name}/{d.task_id} was lost")
-        when = local_deadline(sent, ms)
-        if d.scope is not None and when > (d.scope.when() or 0):
-            d.scope.reschedule(when)
+        self._deadlines.extend(d, local_deadline(sent, ms))
 
     # -- stopping ---------------------------------------------------------------------------
 

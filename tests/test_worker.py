@@ -489,6 +489,40 @@ async def test_extended_handler_is_cancelled_before_its_lease_ends(
     assert await _cancelled_vs_lease(queue, start_worker, extend=1.0) > 0
 
 
+async def test_a_delivery_whose_lease_ran_out_before_it_started_is_not_run(
+    queue: Queue, seen: Seen
+) -> None:
+    """A leased task still waiting for a consumer at its deadline (a blocking handler held
+    up the loop) fails its attempt as TTRExceeded without running: by then another worker
+    may be about to reclaim it.  Driven through the worker's parts: the state is hard to
+    reach through a live worker's scheduling."""
+
+    @queue.topic("job", ttr=30, backoff=FAST_RETRY)
+    async def job(body: None) -> None:
+        seen.add("ran")
+
+    task_id = await job.send(None)
+    worker = Worker(queue)
+    keys = queue.keys("job")
+    _, _, [(leased_id, raw)] = await queue.scripts.reserve(
+        keys, limit=1, reclaim=0, ttr_ms=30_000, max_attempts=5
+    )
+    assert leased_id == task_id
+    worker._accept(queue.topics["job"], keys, task_id, raw, started=0.0)  # long past
+    await asyncio.sleep(0.01)  # its deadline's timer fires
+    delivery = worker._buffer.get_nowait()
+    assert delivery.expired
+    me = asyncio.current_task()
+    assert me is not None
+    await worker._execute(delivery, me)
+    info = await queue.get("job", task_id)
+    assert info is not None and info.last_error is not None
+    assert info.last_error.startswith("TTRExceeded: the lease ran out before")
+    assert info.state == "delayed" and info.attempts == 1
+    assert seen.items == []
+    assert not worker._deadlines._timers
+
+
 async def test_stale_lease_holder_is_fenced_off(
     queue: Queue, start_worker: StartWorker, seen: Seen
 ) -> None:
