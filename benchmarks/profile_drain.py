@@ -8,15 +8,17 @@ for Redis's replies is not counted: the percentages are of the worker's busy tim
 
 Printed: the drain's rate (under the profiler, so a little slower than unprofiled), then
 the functions with the most samples *in themselves* (self) and *under them* (total), as
-shares of all samples.  py-spy runs with ``--nonblocking``: pausing the process for each
-sample (its default) makes system calls look several times dearer than they are (on
-Python 3.11 every ``asyncio.get_running_loop()`` is a ``getpid`` call).  ``--native`` adds C frames (hiredis, the json and pydantic-core
-extensions) instead of charging them to the Python function that called them.
+shares of all samples; time in C code (hiredis, the json and pydantic-core extensions) is
+charged to the Python function that called it.  py-spy runs with ``--nonblocking``:
+pausing the process for each sample (its default, and the only mode in which it reads C
+frames) makes system calls look several times dearer than they are (on Python 3.11
+every ``asyncio.get_running_loop()`` is a ``getpid`` call) and slowed the drain so much
+that it went quiet before it was done.
 
 py-spy is not a project dependency; install it into the dev interpreter first::
 
     .venv/bin/pip install py-spy
-    .venv/bin/python -m benchmarks.profile_drain --n 40000
+    .venv/bin/python -m benchmarks.profile_drain
 """
 
 from __future__ import annotations
@@ -106,7 +108,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=200_000, help="tasks drained")
     parser.add_argument("--top", type=int, default=20, help="rows per table")
-    parser.add_argument("--native", action="store_true", help="include C frames")
     parser.add_argument("--child", nargs=2, metavar=("URL", "NAME"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -119,7 +120,6 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             raw = Path(scratch) / "drain.txt"
             options = ["--nonblocking", "--rate", str(SAMPLE_RATE_HZ), "--format", "raw"]
-            options += ["--native"] if args.native else []
             drainer = [sys.executable, "-m", MODULE, "--child", server.url, name]
             command = [py_spy(), "record", *options, "--output", str(raw), "--", *drainer]
             subprocess.run(command, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})

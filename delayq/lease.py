@@ -46,9 +46,9 @@ class Deadlines:
     The deliveries of one reserve call share a deadline, so a batch costs one timer, set
     when the batch is accepted and cancelled when its last handler is done.  A ``Timeout``
     per handler (an object, a timer and two task lookups each) took 13% of a worker's
-    busy time in a profile of a drain.  The cancel rules are ``Timeout``'s: the deadline cancels the
-    handler's task once, and :meth:`done` takes that cancel back and says whether it
-    was the cause, so a cancel from outside still propagates.
+    busy time in a profile of a drain.  The cancel rules are ``Timeout``'s: the deadline
+    cancels the handler's task once, and :meth:`done` takes that cancel back and says
+    whether it was the cause, so a cancel from outside still propagates.
     """
 
     def __init__(self) -> None:
