@@ -10,9 +10,9 @@
   and times each write with ``asyncio.wait_for``, which runs the write as a Task of its own
   on Python 3.11; delayq's connections arm that timer only when a write has to wait, so
   this is the bare loop to hold delayq's enqueue against too;
-* the same on delayq's script lane (:mod:`delayq.lane`: an asyncio protocol feeding
+* the same on delayq's script lane (:mod:`delayq.redis.lane`: an asyncio protocol feeding
   hiredis, the connection ``Queue.from_url`` runs its scripts on), as opened by
-  ``delayq.connection.open_clients``: the floor of a one-by-one send on delayq's own
+  ``delayq.redis.connection.open_clients``: the floor of a one-by-one send on delayq's own
   transport, beside redis-py's that the target is read against;
 * delayq's own ``queue.send_delayed`` as the enqueue scenario calls it (1 h delay, the
   20-byte payload, the topic registered so the body is validated), in the same slices as
@@ -64,12 +64,12 @@ from redis.backoff import NoBackoff
 
 from benchmarks.common import PAYLOAD, cpu_seconds, emit, rate, stopwatch
 from delayq import Queue
-from delayq.connection import open_clients
-from delayq.keys import TopicKeys
-from delayq.scripts import lua_source, waiting_keys
+from delayq.redis.connection import open_clients
+from delayq.redis.keys import TopicKeys
+from delayq.redis.scripts import lua_source, waiting_keys
 
 if TYPE_CHECKING:
-    from delayq.lane import ScriptLane
+    from delayq.redis.lane import ScriptLane
 
 PIPELINE_BATCH = 1000
 TRIVIAL_SCRIPT = "return 1"
@@ -88,7 +88,7 @@ return 1
 #: KEYS[1] key prefix   KEYS[2] wheel (ZSET slot -> lower bound ms)
 #: ARGV[1] task id   ARGV[2] due ms (computed by the client)   ARGV[3] body
 #: Returns 1 stored, 0 the id was there already.
-#: delayq's layout (see delayq/lua/_layout.lua) without what it adds on top: bucket
+#: delayq's layout (see delayq/redis/lua/_layout.lua) without what it adds on top: bucket
 #: splitting, slot splitting in due order, type checks, dead letters, wake-ups.
 COMPACT_SEND_SCRIPT = """
 local prefix, wheel = KEYS[1], KEYS[2]

@@ -32,8 +32,8 @@ import redis
 
 from benchmarks.common import emit
 from delayq import Queue
-from delayq.keys import TopicKeys
-from delayq.scripts import lua_source
+from delayq.redis.keys import TopicKeys
+from delayq.redis.scripts import lua_source
 from delayq.task import Envelope
 from tests.redis_server import RedisServer
 

@@ -38,7 +38,7 @@ import redis.asyncio as aioredis
 from benchmarks.ceiling import TASK_BODY
 from benchmarks.common import cpu_seconds, emit
 from delayq import Queue
-from delayq.scripts import lua_source
+from delayq.redis.scripts import lua_source
 from tests.redis_server import RedisServer
 
 SEND_BATCH = 1000

@@ -71,7 +71,7 @@ def py_spy() -> str:
 
 
 def frame_name(frame: str) -> str:
-    """``'handle (delayq/worker.py:210)'`` → ``'handle (delayq/worker.py)'``: one row per
+    """``'handle (delayq/worker/runner.py:210)'`` → ``'handle (delayq/worker/runner.py)'``: one row per
     function, whichever line the sample was on."""
     function, _, where = frame.partition(" (")
     return f"{function} ({where.rsplit(':', 1)[0].rstrip(')')})" if where else function

@@ -33,8 +33,8 @@ import redis
 
 from benchmarks.ceiling import COMPACT_SEND_SCRIPT, TASK_BODY
 from benchmarks.common import emit
-from delayq.keys import TopicKeys
-from delayq.scripts import lua_source, waiting_keys
+from delayq.redis.keys import TopicKeys
+from delayq.redis.scripts import lua_source, waiting_keys
 from tests.redis_server import RedisServer
 
 HOUR_MS = 3_600_000

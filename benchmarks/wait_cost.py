@@ -5,7 +5,7 @@ The ceiling scenario compares a one-by-one send with a bare ``EVALSHA return 1``
 how much round-trip time each microsecond that Redis spends in a script adds for an
 asyncio client that awaits every call, as a producer does.
 
-Three loops on the script lane ``Queue.from_url`` opens (:mod:`delayq.lane`, the
+Three loops on the script lane ``Queue.from_url`` opens (:mod:`delayq.redis.lane`, the
 connection a send uses), taking turns round by round on one private ``redis-server``:
 
 * ``EVALSHA`` of ``return 1``;
@@ -39,9 +39,9 @@ import redis
 
 from benchmarks.ceiling import TASK_BODY
 from benchmarks.common import emit
-from delayq.connection import open_clients
-from delayq.keys import TopicKeys
-from delayq.scripts import lua_source, waiting_keys
+from delayq.redis.connection import open_clients
+from delayq.redis.keys import TopicKeys
+from delayq.redis.scripts import lua_source, waiting_keys
 from tests.redis_server import RedisServer
 
 HOUR_MS = 3_600_000

@@ -7,7 +7,6 @@ tasks fire on Redis's clock, milliseconds after they are due, at least once.
 import logging
 
 from delayq.backoff import Backoff
-from delayq.durability import Durability
 from delayq.duration import Duration
 from delayq.errors import (
     AppImportError,
@@ -27,6 +26,7 @@ from delayq.errors import (
     UnsupportedRedisError,
 )
 from delayq.queue import Queue
+from delayq.redis.durability import Durability
 from delayq.task import Task, TaskInfo, TaskState, TopicStats
 from delayq.topic import Topic
 from delayq.worker import Worker

@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Self, overload
+from typing import TYPE_CHECKING, Any, Self
 
 from delayq.backoff import Backoff
-from delayq.codec import DEFAULT_MAX_BODY_BYTES, encode_body
-from delayq.connection import open_clients
-from delayq.durability import Durability, DurableSender
+from delayq.codec import DEFAULT_MAX_BODY_BYTES
 from delayq.duration import Duration, to_epoch_millis, to_millis
-from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, NotDurableError
-from delayq.ids import new_task_id, new_task_ids
-from delayq.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
-from delayq.scripts import Scripts, redis_errors
-from delayq.task import Task, TaskInfo, TopicStats, from_millis, stored_task_info
-from delayq.topic import BodyT, Topic, TopicOptions, check_max_attempts, task_overrides
+from delayq.errors import InvalidInputError
+from delayq.producer import Producer
+from delayq.redis.connection import open_clients
+from delayq.redis.durability import Durability, DurableSender
+from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
+from delayq.redis.scripts import Scripts
+from delayq.redis.translate import redis_errors
+from delayq.task import TaskInfo, TopicStats, from_millis, stored_task_info
+from delayq.topic import Topic, TopicDecorator, TopicOptions, check_max_attempts
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable, Sequence
     from datetime import datetime
     from types import TracebackType
 
@@ -29,24 +27,6 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 log = logging.getLogger("delayq")
-
-
-class _TopicDecorator:
-    """What ``queue.topic(...)`` returns: registers the decorated handler.
-
-    The body type is bound per call, so ``Topic[CloseOrder]`` comes out of a handler whose
-    body is annotated ``CloseOrder`` and mypy checks what is sent through the handle.
-    """
-
-    def __init__(self, register: Callable[[Callable[..., Awaitable[None]]], Topic[Any]]) -> None:
-        self._register = register
-
-    @overload
-    def __call__(self, handler: Callable[[BodyT, Task], Awaitable[None]]) -> Topic[BodyT]: ...
-    @overload
-    def __call__(self, handler: Callable[[BodyT], Awaitable[None]]) -> Topic[BodyT]: ...
-    def __call__(self, handler: Callable[..., Awaitable[None]]) -> Topic[Any]:
-        return self._register(handler)
 
 
 class Queue:
@@ -89,10 +69,17 @@ class Queue:
         self.durability = durability
         self._durable = DurableSender(redis, durability) if durability else None
         self.topics: dict[str, Topic[Any]] = {}
-        self.scripts = Scripts(redis)
         self._keys: dict[str, TopicKeys] = {}
-        self._announced: set[str] = set()
         self._owns_client = False
+        self._use_scripts(Scripts(redis))
+
+    def _use_scripts(self, scripts: Scripts) -> None:
+        self.scripts = scripts
+        self._producer = Producer(
+            self.redis, scripts, queue=self.name, keys=self.keys, adapter=self._adapter,
+            max_body_bytes=self.max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,
+            durable=self._durable,
+        )  # fmt: skip
 
     @classmethod
     def from_url(cls, url: str, *, name: str = "default", **options: Any) -> Queue:
@@ -105,7 +92,7 @@ class Queue:
         down fails fast; and at most ``max_connections`` (100) pooled connections are opened,
         more concurrent calls waiting up to ``timeout`` (10 s) for a free one.  One more
         connection, opened with the same settings and retried under the same policy,
-        carries the script calls (:mod:`delayq.lane`); durable sends use the pool.
+        carries the script calls (:mod:`delayq.redis.lane`); durable sends use the pool.
         """
         queue_options = {
             k: options.pop(k)
@@ -114,7 +101,7 @@ class Queue:
         }
         client, lane = open_clients(url, **options)
         queue = cls(client, name=name, **queue_options)
-        queue.scripts = Scripts(client, lane=lane)
+        queue._use_scripts(Scripts(client, lane=lane))
         queue._owns_client = True
         return queue
 
@@ -144,7 +131,7 @@ class Queue:
         ttr: Duration = 30.0,
         max_attempts: int = 5,
         backoff: Backoff | None = None,
-    ) -> _TopicDecorator:
+    ) -> TopicDecorator:
         """Register the decorated ``async def`` handler for topic ``name``.
 
         Args:
@@ -173,7 +160,7 @@ class Queue:
             self.topics[name] = handle
             return handle
 
-        return _TopicDecorator(register)
+        return TopicDecorator(register)
 
     def keys(self, topic: str) -> TopicKeys:
         """The Redis key names of ``topic`` (validated)."""
@@ -184,21 +171,7 @@ class Queue:
 
     async def announce(self, topics: Iterable[str]) -> None:
         """Record topic names in the queue's topic set, which ``stats`` reads."""
-        new = [t for t in topics if t not in self._announced]
-        if new:
-            async with redis_errors():
-                await self.redis.sadd(topics_key(self.name), *new)
-            self._announced.update(new)
-
-    async def _announce_quietly(self, topic: str) -> None:
-        # After the task is stored: the topic set only feeds stats(), so failing to update it
-        # must neither write anything for a rejected send nor fail a send that succeeded.
-        if topic in self._announced:
-            return
-        try:
-            await self.announce([topic])
-        except DelayqError as exc:
-            log.warning("could not record topic %r for stats: %s", topic, exc)
+        await self._producer.announce(topics)
 
     # -- producing --------------------------------------------------------------------------
 
@@ -238,7 +211,7 @@ class Queue:
                 retry with the same task_id.
         """
         value_ms = to_millis(delay, name="delay")
-        return await self._send(topic, body, False, value_ms, task_id, ttr, max_attempts)
+        return await self._producer.send(topic, body, False, value_ms, task_id, ttr, max_attempts)
 
     async def send_many(
         self,
@@ -275,74 +248,10 @@ class Queue:
             NotDurableError: (with ``durability``) a batch is stored but too few replicas
                 confirmed it; later batches were not sent.  Repeat with the same task_ids.
         """
-        keys = self.keys(topic)
-        items = list(bodies)
-        # Generated ids are sorted: with one delay for all, that is already the order below.
-        ids = (
-            sorted(new_task_ids(len(items)))
-            if task_ids is None
-            else [check_task_id(t) for t in task_ids]
-        )
-        delays = list(delay) if isinstance(delay, Sequence) else [delay] * len(items)
-        if not (len(ids) == len(delays) == len(items)):
-            raise InvalidInputError("bodies, task_ids and delay must have the same length")
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, int)
-            or not 1 <= batch_size <= 1000
-        ):
-            raise InvalidInputError(f"batch_size must be an int in [1, 1000], got {batch_size!r}")
-        ttr_ms, attempts = task_overrides(ttr, max_attempts)
-        adapter = self._adapter(topic)
-        delays_ms = [to_millis(one_delay, name="delay") for one_delay in delays]
-        encoded = [encode_body(topic, body, adapter, self.max_body_bytes) for body in items]
-        fields: list[str | int | bytes] = []
-        sent_ids = []
-        for n in _schedule_order(ids, delays_ms):
-            fields += (ids[n], delays_ms[n], encoded[n])
-            sent_ids.append(ids[n])
-        batches = [
-            fields[3 * start : 3 * (start + batch_size)] for start in range(0, len(ids), batch_size)
-        ]
-        send = functools.partial(
-            self.scripts.send_many, keys,
-            max_attempts=attempts, ttr_ms=ttr_ms, tolerance_ms=self.past_tolerance_ms,
+        return await self._producer.send_many(
+            topic, bodies, delay=delay, task_ids=task_ids, ttr=ttr,
+            max_attempts=max_attempts, batch_size=batch_size,
         )  # fmt: skip
-        if self._durable is None:
-            await self._send_overlapped(send, batches)
-        else:
-            for number, batch in enumerate(batches):
-                try:
-                    await send(batch, durable=self._durable)
-                except NotDurableError as exc:
-                    await self._announce_quietly(topic)  # the batch is stored
-                    raise NotDurableError(
-                        exc.task_ids, confirmed=exc.confirmed, required=exc.required,
-                        timeout_ms=exc.timeout_ms, unsent=sent_ids[(number + 1) * batch_size :],
-                    ) from None  # fmt: skip
-        await self._announce_quietly(topic)
-        return ids
-
-    @staticmethod
-    async def _send_overlapped(
-        send: Callable[[list[str | int | bytes]], Awaitable[list[int]]],
-        batches: list[list[str | int | bytes]],
-    ) -> None:
-        """Run send_many.lua on each batch, the next one sent while Redis runs the previous
-        (two in flight): the client's packing and parsing of one batch hides behind Redis's
-        work on the other, instead of the two taking turns."""
-        in_flight: list[asyncio.Future[list[int]]] = []
-        try:
-            for batch in batches:
-                in_flight.append(asyncio.ensure_future(send(batch)))
-                if len(in_flight) == 2:
-                    await in_flight.pop(0)
-            while in_flight:
-                await in_flight.pop(0)
-        finally:
-            for call in in_flight:  # left by a failure: its batch may or may not be stored
-                call.cancel()
-            await asyncio.gather(*in_flight, return_exceptions=True)
 
     async def send_at(
         self,
@@ -361,46 +270,12 @@ class Queue:
         arguments as in :meth:`send_delayed`.
         """
         value_ms = to_epoch_millis(at)
-        return await self._send(topic, body, True, value_ms, task_id, ttr, max_attempts)
-
-    async def _send(
-        self,
-        topic: str,
-        body: Any,
-        absolute: bool,
-        value_ms: int,
-        task_id: str | None,
-        ttr: Duration | None,
-        max_attempts: int | None,
-    ) -> str:
-        keys = self.keys(topic)
-        task_id = new_task_id() if task_id is None else check_task_id(task_id)
-        ttr_ms, attempts = task_overrides(ttr, max_attempts)
-        data = encode_body(topic, body, self._adapter(topic), self.max_body_bytes)
-        try:
-            status, when = await self.scripts.send(
-                keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
-                ttr_ms=ttr_ms, body=data, tolerance_ms=self.past_tolerance_ms,
-                durable=self._durable,
-            )  # fmt: skip
-        except NotDurableError:
-            await self._announce_quietly(topic)  # the task is stored
-            raise
-        if status < 0:
-            raise self._too_far_past(value_ms, when)
-        await self._announce_quietly(topic)
-        return task_id
+        return await self._producer.send(topic, body, True, value_ms, task_id, ttr, max_attempts)
 
     def _adapter(self, topic: str) -> TypeAdapter[Any] | None:
         """The body validator of ``topic`` when this process has its handler registered."""
         registered = self.topics.get(topic)
         return registered.adapter if registered else None
-
-    def _too_far_past(self, at_ms: int, redis_now_ms: int) -> InvalidDurationError:
-        return InvalidDurationError(
-            f"at={from_millis(at_ms).isoformat()} is more than {self.past_tolerance_ms} ms "
-            f"in the past (Redis time {from_millis(redis_now_ms).isoformat()})"
-        )
 
     # -- managing ---------------------------------------------------------------------------
 
@@ -435,7 +310,7 @@ class Queue:
             tolerance_ms=self.past_tolerance_ms,
         )  # fmt: skip
         if status < 0:
-            raise self._too_far_past(value_ms, when)
+            raise self._producer.too_far_past(value_ms, when)
         return status == 1
 
     async def get(self, topic: str, task_id: str) -> TaskInfo | None:
@@ -503,18 +378,3 @@ class Queue:
 
         worker = Worker(self, concurrency=concurrency, topics=topics, grace=grace)
         await worker.run(handle_signals=handle_signals)
-
-
-def _schedule_order(ids: list[str], delays_ms: list[int]) -> list[int]:
-    """The order in which ``send_many`` sends its tasks: by delay, then id, when the ids
-    are distinct (else as given, so that the first of two sends of one id still wins).
-
-    Redis keeps a schedule slot's entries ordered by (due time, id), and the scripts'
-    ``schedule_add`` (``_layout.lua``) inserts each slot's share in descending order, so
-    each insert stops at the front of the slot's listpack instead of walking it: 1,000
-    tasks with one delay cost Redis ~0.9 us less each.  Sorted input makes this sort linear.
-    """
-    order = range(len(ids))
-    if len(set(ids)) < len(ids):
-        return list(order)
-    return sorted(order, key=lambda n: (delays_ms[n], ids[n]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_type_hints, overload
 
 from pydantic import TypeAdapter
 
@@ -16,7 +16,6 @@ from delayq.errors import InvalidInputError
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from delayq.queue import Queue
     from delayq.task import Task
 
 BodyT = TypeVar("BodyT")
@@ -80,6 +79,23 @@ def body_adapter(handler: Handler) -> tuple[TypeAdapter[Any], bool]:
     return TypeAdapter(annotation), len(params) == 2
 
 
+class Sender(Protocol):
+    """Where a :class:`Topic` handle sends: ``delayq.Queue``'s send methods, whose
+    arguments the handle passes through (typed loosely here, checked by the queue)."""
+
+    @property
+    def send(self) -> Callable[..., Awaitable[str]]:
+        """``Queue.send``."""
+
+    @property
+    def send_delayed(self) -> Callable[..., Awaitable[str]]:
+        """``Queue.send_delayed``."""
+
+    @property
+    def send_at(self) -> Callable[..., Awaitable[str]]:
+        """``Queue.send_at``."""
+
+
 class Topic(Generic[BodyT]):
     """The handle ``@queue.topic(...)`` returns: call it like the handler, or send through it.
 
@@ -87,7 +103,7 @@ class Topic(Generic[BodyT]):
     the body's type checked statically.
     """
 
-    def __init__(self, queue: Queue, name: str, handler: Handler, options: TopicOptions) -> None:
+    def __init__(self, queue: Sender, name: str, handler: Handler, options: TopicOptions) -> None:
         self.queue = queue
         self.name = name
         self.handler = handler
@@ -117,3 +133,21 @@ class Topic(Generic[BodyT]):
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, handler={self.handler.__qualname__})"
+
+
+class TopicDecorator:
+    """What ``queue.topic(...)`` returns: registers the decorated handler.
+
+    The body type is bound per call, so ``Topic[CloseOrder]`` comes out of a handler whose
+    body is annotated ``CloseOrder`` and mypy checks what is sent through the handle.
+    """
+
+    def __init__(self, register: Callable[[Handler], Topic[Any]]) -> None:
+        self._register = register
+
+    @overload
+    def __call__(self, handler: Callable[[BodyT, Task], Awaitable[None]]) -> Topic[BodyT]: ...
+    @overload
+    def __call__(self, handler: Callable[[BodyT], Awaitable[None]]) -> Topic[BodyT]: ...
+    def __call__(self, handler: Handler) -> Topic[Any]:
+        return self._register(handler)

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     import redis.asyncio
 
     from delayq import Queue, TaskInfo
-    from delayq.keys import TopicKeys
+    from delayq.redis.keys import TopicKeys
 
 # Tests reserve with a long default lease, so a lease only ends when a test ends it.
 LONG_TTR_MS = 3_600_000
@@ -80,7 +80,7 @@ async def expire_lease(redis: redis.asyncio.Redis, keys: TopicKeys, task_id: str
 
 async def bucket_count(redis: redis.asyncio.Redis, keys: TopicKeys) -> int:
     """How many task buckets the topic has now (the ``buckets`` key, absent: BUCKETS_MIN)."""
-    from delayq.keys import BUCKETS_MIN
+    from delayq.redis.keys import BUCKETS_MIN
 
     return int(await redis.get(keys.buckets) or BUCKETS_MIN)
 
@@ -89,7 +89,7 @@ async def task_fields(
     redis: redis.asyncio.Redis, keys: TopicKeys, task_id: str
 ) -> tuple[bytes | None, bytes | None]:
     """The (header, body) stored for ``task_id`` in its bucket, None where missing."""
-    from delayq.keys import BODY_FIELD_SUFFIX
+    from delayq.redis.keys import BODY_FIELD_SUFFIX
 
     bucket = keys.bucket(task_id, await bucket_count(redis, keys))
     header, body = await redis.hmget(bucket, [task_id, task_id + BODY_FIELD_SUFFIX])
@@ -100,7 +100,7 @@ async def overwrite_task(
     redis: redis.asyncio.Redis, keys: TopicKeys, task_id: str, header: bytes, body: bytes | None
 ) -> None:
     """Replace a stored task's header and body by hand (``body=None`` deletes the body)."""
-    from delayq.keys import BODY_FIELD_SUFFIX
+    from delayq.redis.keys import BODY_FIELD_SUFFIX
 
     bucket = keys.bucket(task_id, await bucket_count(redis, keys))
     await redis.hset(bucket, task_id, header)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 
 from delayq import Queue
-from delayq.acker import Acker
-from delayq.lease import Delivery
 from delayq.task import Envelope
+from delayq.worker.acker import Acker
+from delayq.worker.lease import Delivery
 
 
 async def leased_deliveries(queue: Queue, count: int) -> list[Delivery]:

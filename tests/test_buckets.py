@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio
 
 from delayq import Queue, RedisCommandError
-from delayq.keys import BODY_FIELD_SUFFIX, BUCKETS_MIN, TopicKeys
+from delayq.redis.keys import BODY_FIELD_SUFFIX, BUCKETS_MIN, TopicKeys
 from tests.helpers import bucket_count, reserve
 
 SPLIT_AT_TASKS = 32  # a send into a bucket holding 32 tasks (64 fields) splits one bucket

@@ -16,8 +16,13 @@ from redis.exceptions import DataError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayq import Queue
-from delayq.connection import HiredisPacking, TimerOnlyWhenBlocked, connection_pool, with_fast_paths
 from delayq.ids import _RANDOM_BYTE_TO_CHAR, ID_ALPHABET, ID_CHARS, new_task_id, new_task_ids
+from delayq.redis.connection import (
+    HiredisPacking,
+    TimerOnlyWhenBlocked,
+    connection_pool,
+    with_fast_paths,
+)
 from tests.helpers import schedule_entries
 from tests.redis_server import RedisServer
 

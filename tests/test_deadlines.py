@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from delayq.lease import Deadlines, Delivery
+from delayq.worker.lease import Deadlines, Delivery
 
 
 def leased(deadlines: Deadlines, deadline: float) -> Delivery:

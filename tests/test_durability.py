@@ -22,7 +22,7 @@ from delayq import (
     Queue,
     RedisAuthError,
 )
-from delayq.durability import WaitCommand
+from delayq.redis.durability import WaitCommand
 from tests.redis_server import PRIMARY_ARGS, RedisServer, replica_of
 
 TIMEOUT = 0.3

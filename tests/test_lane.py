@@ -1,4 +1,4 @@
-"""The script lane (``delayq.lane``): replies in order, redis-py's settings, errors, retry
+"""The script lane (``delayq.redis.lane``): replies in order, redis-py's settings, errors, retry
 and timeout, against real Redis servers."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from redis.exceptions import NoPermissionError, OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayq import Queue, RedisOutOfMemoryError
-from delayq.connection import connection_pool, open_clients
-from delayq.lane import ScriptLane, lane_supported
+from delayq.redis.connection import connection_pool, open_clients
+from delayq.redis.lane import ScriptLane, lane_supported
 from tests.redis_server import RedisServer
 
 ECHO = "return ARGV[1]"

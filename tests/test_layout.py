@@ -13,7 +13,7 @@ import random
 import redis.asyncio
 
 from delayq import Queue
-from delayq.keys import TopicKeys
+from delayq.redis.keys import TopicKeys
 from tests.helpers import reserve, schedule_entries, stored_task_keys
 
 SLOT_MAX = 128  # zset-max-listpack-entries, Redis's default

@@ -10,7 +10,7 @@ from typing import Any
 import redis.asyncio
 
 from delayq import Queue
-from delayq.scripts import lua_source
+from delayq.redis.scripts import lua_source
 from tests.helpers import LONG_TTR_MS
 
 RESERVERS = 50

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from delayq import Queue, Retry, Task
-from delayq.worker import STOP_TIMEOUT
+from delayq.worker.runner import STOP_TIMEOUT
 
 HANDLER_SECONDS = 10.0
 

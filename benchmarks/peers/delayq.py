@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmarks.common import BULK_BATCH, TASK_NAMES, Peer, Task, record, run_cli, run_until
 from delayq import Queue, Worker
-from delayq.worker import IDLE_RECHECK, MAX_BATCH
+from delayq.worker.runner import IDLE_RECHECK, MAX_BATCH
 
 QUEUE_NAME = "bench"
 

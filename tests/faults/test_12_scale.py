@@ -19,7 +19,7 @@ import statistics
 import time
 
 from delayq import Queue
-from delayq.scripts import lua_source
+from delayq.redis.scripts import lua_source
 from tests.faults.checker import publish_figures
 from tests.faults.harness import sized
 

@@ -22,7 +22,7 @@ import sys
 import pytest
 
 from delayq import Queue, RedisAuthError
-from delayq.keys import BUCKETS_MIN
+from delayq.redis.keys import BUCKETS_MIN
 from tests.faults.apps.plan import OTHER_TOPIC, WORK_TOPIC
 from tests.faults.checker import assert_no_loss, check, read_log
 from tests.faults.harness import ROOT, Producer, wait_until

@@ -24,7 +24,7 @@ from redis.crc import key_slot
 
 import delayq
 from delayq import InvalidNameError, Queue
-from delayq.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
+from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
 from tests.redis_server import RedisServer
 
 # Every character class that matters: braces, ':', glob characters, whitespace, control

@@ -23,9 +23,9 @@ from delayq.cancel import raise_if_cancelling
 from delayq.errors import DelayqError
 
 if TYPE_CHECKING:
-    from delayq.keys import TopicKeys
-    from delayq.lease import Delivery
-    from delayq.scripts import Scripts
+    from delayq.redis.keys import TopicKeys
+    from delayq.redis.scripts import Scripts
+    from delayq.worker.lease import Delivery
 
 log = logging.getLogger("delayq.worker")
 

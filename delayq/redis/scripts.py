@@ -1,4 +1,4 @@
-"""The Lua scripts, loaded from ``delayq/lua/`` and wrapped in typed methods.
+"""The Lua scripts, loaded from ``delayq/redis/lua/`` and wrapped in typed methods.
 
 Each method runs one script with EVALSHA (redis-py's ``AsyncScript`` falls back to
 SCRIPT LOAD on NOSCRIPT, e.g. after a Redis restart) and translates Redis errors into
@@ -8,31 +8,22 @@ delayq's exceptions in one place, :func:`redis_errors`.
 from __future__ import annotations
 
 import re
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
 
-from redis import exceptions as rexc
-
-from delayq.errors import (
-    DelayqError,
-    RedisAuthError,
-    RedisCommandError,
-    RedisOutOfMemoryError,
-    RedisUnavailableError,
-)
+from delayq.redis.translate import TRANSLATED, translate
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import Sequence
 
     from redis.asyncio import Redis
     from redis.commands.core import AsyncScript
 
-    from delayq.durability import DurableSender
-    from delayq.keys import TopicKeys
-    from delayq.lane import ScriptLane
+    from delayq.redis.durability import DurableSender
+    from delayq.redis.keys import TopicKeys
+    from delayq.redis.lane import ScriptLane
 
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 NackMode = Literal["retry", "dead", "release"]
@@ -43,42 +34,8 @@ MAX_UNPACK = 2000
 @cache
 def lua_source(name: str) -> str:
     """The text of ``lua/<name>.lua`` with its ``--@include`` lines expanded."""
-    text = files("delayq").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    text = files("delayq.redis").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
     return _INCLUDE.sub(lambda m: lua_source(m.group(1)), text)
-
-
-TRANSLATED = (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError, OSError)
-"""What :func:`translate` maps (auth, ACL and OOM errors are subclasses of these)."""
-
-
-def translate(exc: Exception) -> DelayqError:
-    """The delayq exception for a redis-py (or socket) exception."""
-    if isinstance(exc, (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError)):
-        return RedisAuthError(f"Redis refused access: {exc}")
-    if isinstance(exc, (rexc.ConnectionError, rexc.TimeoutError, OSError)):
-        return RedisUnavailableError(f"Redis is unavailable: {exc}")
-    if isinstance(exc, rexc.OutOfMemoryError):
-        return RedisOutOfMemoryError(f"Redis is out of memory: {exc}")
-    text = str(exc)
-    if text.startswith(("OOM", "-OOM")):
-        return RedisOutOfMemoryError(f"Redis is out of memory: {text}")
-    # An ACL denial inside a script comes back as a plain error reply.
-    if (
-        text.startswith(("NOPERM", "NOAUTH", "WRONGPASS"))
-        or "can't run this command" in text
-        or "can't access" in text
-    ):
-        return RedisAuthError(f"Redis refused access: {text}")
-    return RedisCommandError(f"Redis replied with an error: {text}")
-
-
-@asynccontextmanager
-async def redis_errors() -> AsyncIterator[None]:
-    """Translate redis-py exceptions raised inside the block into delayq's."""
-    try:
-        yield
-    except TRANSLATED as exc:
-        raise translate(exc) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +75,7 @@ class Scripts:
 
     Args:
         client: runs the scripts.
-        lane: optionally, a :class:`~delayq.lane.ScriptLane` to the same Redis, which then
+        lane: optionally, a :class:`~delayq.redis.lane.ScriptLane` to the same Redis, which then
             runs every call but durable sends (their ``WAIT`` blocks the connection it runs
             on, so they go through ``client``): a round trip through it costs the client a
             fraction of redis-py's per-command work.

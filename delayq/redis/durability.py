@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as rexc
 
-from delayq.checks import parse_version
 from delayq.duration import Duration, to_millis
 from delayq.errors import InvalidDurationError, InvalidInputError, NotDurableError
+from delayq.redis.checks import parse_version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

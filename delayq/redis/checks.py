@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from delayq.errors import UnsupportedRedisError
-from delayq.scripts import redis_errors
+from delayq.redis.translate import redis_errors
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from delayq.keys import TopicKeys
+    from delayq.redis.keys import TopicKeys
     from delayq.task import Envelope
     from delayq.topic import Topic
 

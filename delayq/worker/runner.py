@@ -21,9 +21,7 @@ import logging
 import signal
 from typing import TYPE_CHECKING, Any
 
-from delayq.acker import Acker
 from delayq.cancel import cancel_all, cancelled_from_outside, first_of, raise_if_cancelling
-from delayq.checks import check_server
 from delayq.codec import decode_body
 from delayq.duration import Duration, to_millis, to_seconds
 from delayq.errors import (
@@ -36,17 +34,19 @@ from delayq.errors import (
     Retry,
     UnsupportedRedisError,
 )
-from delayq.lease import Deadlines, Delivery, Slots, local_deadline
+from delayq.redis.checks import check_server
+from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope, Task, from_millis
-from delayq.wakeup import Wakeup
+from delayq.worker.acker import Acker
+from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from delayq.keys import TopicKeys
-    from delayq.queue import Queue
-    from delayq.scripts import NackMode
+    from delayq.redis.keys import TopicKeys
+    from delayq.redis.scripts import NackMode
     from delayq.topic import Topic
+    from delayq.worker.source import TaskSource
 
 log = logging.getLogger("delayq.worker")
 
@@ -81,7 +81,7 @@ class Worker:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: TaskSource,
         *,
         concurrency: int = 50,
         topics: Iterable[str] | None = None,

@@ -1,4 +1,4 @@
-"""The connections ``Queue.from_url`` opens: a pool, and a script lane (:mod:`delayq.lane`).
+"""The connections ``Queue.from_url`` opens: a pool, and a script lane (:mod:`delayq.redis.lane`).
 
 The pool's connections use redis-py's connection classes with two mixins, each for a cost
 redis-py's asyncio connection adds to every command it sends (the lane's connection is
@@ -29,7 +29,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from delayq.lane import ScriptLane, lane_supported
+from delayq.redis.lane import ScriptLane, lane_supported
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -1,0 +1,40 @@
+"""What a worker needs from the queue it consumes, as a protocol (``delayq.Queue`` is one)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from redis.asyncio import Redis
+
+    from delayq.redis.keys import TopicKeys
+    from delayq.redis.scripts import Scripts
+    from delayq.topic import Topic
+
+
+class TaskSource(Protocol):
+    """A queue as its worker sees it: the client, the scripts and the registered topics."""
+
+    @property
+    def redis(self) -> Redis:
+        """The client the wake-up subscription and start-up checks use."""
+
+    @property
+    def scripts(self) -> Scripts:
+        """Runs reserve, ack, nack and extend."""
+
+    @property
+    def topics(self) -> Mapping[str, Topic[Any]]:
+        """The registered topics, by name."""
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest body a handler is given."""
+
+    def keys(self, topic: str) -> TopicKeys:
+        """The Redis key names of ``topic``."""
+
+    async def announce(self, topics: Iterable[str]) -> None:
+        """Record topic names for ``stats``."""
