@@ -313,16 +313,45 @@ def test_bad_max_body_bytes_is_rejected(
 
 
 @pytest.mark.parametrize(
-    "body",
-    [object(), {"a": object()}, [1, {2, object()}], b"\xff", lambda: 1],
-    ids=["object", "nested-object", "set-of-object", "invalid-utf8", "function"],
+    ("body", "path"),
+    [
+        (object(), "<body>"),
+        ({"fine": 1, "bad_field": object()}, "bad_field"),
+        ({"items": [{"ok": 1}, {"price": object()}]}, "items.1.price"),
+        ([1, {2, object()}], "1."),  # a set's index is its iteration order
+        ((1, b"\xff"), "1"),
+        ({"f": lambda: 1}, "f"),
+        (b"\xff", "<body>"),
+    ],
+    ids=["object", "field", "nested-field", "set-member", "invalid-utf8", "function", "bytes"],
 )
-async def test_body_that_is_not_json_serialisable_is_rejected(
-    queue: Queue, redis_client: redis.asyncio.Redis, queue_name: str, body: Any
+async def test_body_that_is_not_json_serialisable_is_rejected_naming_the_field(
+    queue: Queue, redis_client: redis.asyncio.Redis, queue_name: str, body: Any, path: str
 ) -> None:
     error = await rejected(queue.send("jobs", body), BodyValidationError)
-    assert "'jobs'" in str(error)
-    assert "JSON" in str(error)
+    assert str(error).startswith(f"body for topic 'jobs' is not JSON-serialisable: {path}")
+    await assert_nothing_written(redis_client, queue_name)
+
+
+class Note(BaseModel):
+    note: str
+    extra: Any
+
+
+async def test_unencodable_field_of_a_topic_model_is_named(
+    queue: Queue, redis_client: redis.asyncio.Redis, queue_name: str
+) -> None:
+    @queue.topic("notes")
+    async def take_note(body: Note) -> None:
+        pass
+
+    body = {"note": "n", "extra": {"ok": [1, 2], "when": {"bad": object()}}}
+    error = await rejected(queue.send("notes", body), BodyValidationError)
+    assert "'notes' is not JSON-serialisable: extra.when.bad: " in str(error)
+    looping: dict[str, Any] = {"ok": 1}
+    looping["self"] = looping  # a body that contains itself ends the walk, not the process
+    error = await rejected(queue.send("jobs", looping), BodyValidationError)
+    assert "is not JSON-serialisable: self: " in str(error)
     await assert_nothing_written(redis_client, queue_name)
 
 
