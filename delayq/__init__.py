@@ -7,6 +7,7 @@ tasks fire on Redis's clock, milliseconds after they are due, at least once.
 import logging
 
 from delayq.backoff import Backoff
+from delayq.consumer import Consumer, LeasedTask, NackResult
 from delayq.duration import Duration
 from delayq.errors import (
     AppImportError,
@@ -27,6 +28,7 @@ from delayq.errors import (
 )
 from delayq.queue import Queue
 from delayq.redis.durability import Durability
+from delayq.schedule import Timeline, TimelineWindow, UpcomingPage, UpcomingTask
 from delayq.task import Task, TaskInfo, TaskState, TopicStats
 from delayq.topic import Topic
 from delayq.worker import Worker
@@ -38,6 +40,7 @@ __all__ = [
     "Backoff",
     "BodyTooLargeError",
     "BodyValidationError",
+    "Consumer",
     "DelayqError",
     "Durability",
     "Duration",
@@ -45,6 +48,8 @@ __all__ = [
     "InvalidInputError",
     "InvalidNameError",
     "LeaseLostError",
+    "LeasedTask",
+    "NackResult",
     "NotDurableError",
     "Queue",
     "RedisAuthError",
@@ -55,9 +60,13 @@ __all__ = [
     "Task",
     "TaskInfo",
     "TaskState",
+    "Timeline",
+    "TimelineWindow",
     "Topic",
     "TopicStats",
     "UnsupportedRedisError",
+    "UpcomingPage",
+    "UpcomingTask",
     "Worker",
     "__version__",
 ]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from delayq.backoff import Backoff
 from delayq.codec import DEFAULT_MAX_BODY_BYTES
+from delayq.consumer import Consumer
 from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
 from delayq.producer import Producer
@@ -15,6 +16,7 @@ from delayq.redis.durability import Durability, DurableSender
 from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
 from delayq.redis.scripts import Scripts
 from delayq.redis.translate import redis_errors
+from delayq.schedule import Timeline, UpcomingPage, timeline, upcoming
 from delayq.task import TaskInfo, TopicStats, from_millis, stored_task_info
 from delayq.topic import Topic, TopicDecorator, TopicOptions, check_max_attempts
 
@@ -80,6 +82,10 @@ class Queue:
             max_body_bytes=self.max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,
             durable=self._durable,
         )  # fmt: skip
+        self.consumer = Consumer(
+            self.redis, scripts, queue=self.name, keys=self.keys, options=self.topic_options
+        )
+        """Lease, ack, nack and extend tasks without a handler (:class:`~delayq.consumer.Consumer`)."""
 
     @classmethod
     def from_url(cls, url: str, *, name: str = "default", **options: Any) -> Queue:
@@ -107,6 +113,7 @@ class Queue:
 
     async def close(self) -> None:
         """Close the Redis connections this queue opened (not a client passed in)."""
+        await self.consumer.aclose()
         if self._owns_client:
             await self.scripts.aclose()
             await self.redis.aclose()
@@ -168,6 +175,11 @@ class Queue:
         if keys is None:
             keys = self._keys[topic] = TopicKeys.build(self.name, check_topic(topic))
         return keys
+
+    def topic_options(self, topic: str) -> TopicOptions:
+        """The options of ``topic``: its registered handler's, else the defaults."""
+        registered = self.topics.get(topic)
+        return registered.options if registered else TopicOptions()
 
     async def announce(self, topics: Iterable[str]) -> None:
         """Record topic names in the queue's topic set, which ``stats`` reads."""
@@ -323,11 +335,15 @@ class Queue:
         dead_at = from_millis(score) if state == "dead" else None
         return stored_task_info(topic, task_id, state, raw, error, score, lease, dead_at)
 
-    async def stats(self) -> dict[str, TopicStats]:
-        """Count tasks per state for every topic of this queue that holds any."""
+    async def topic_names(self) -> list[str]:
+        """The names of the topics this queue has used (sent to, or consumed), sorted."""
         async with redis_errors():
             members = await self.redis.smembers(topics_key(self.name))
-        names = sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+
+    async def stats(self, topics: Iterable[str] | None = None) -> dict[str, TopicStats]:
+        """Count tasks per state for every topic of this queue (or of ``topics``) that holds any."""
+        names = await self.topic_names() if topics is None else [check_topic(t) for t in topics]
         result: dict[str, TopicStats] = {}
         for topic in names:
             delayed, ready, reserved, dead = await self.scripts.stats(self.keys(topic))
@@ -346,6 +362,23 @@ class Queue:
             stored_task_info(topic, task_id, "dead", raw, error, died, None, from_millis(died))
             for task_id, raw, error, died in rows
         ]
+
+    async def upcoming(
+        self, topic: str, *, limit: int = 50, cursor: str | None = None
+    ) -> UpcomingPage:
+        """The next ``limit`` (1..500) delayed or ready tasks of ``topic``, in due order.
+
+        Costs Redis O(limit), not O(tasks).  Pass the page's ``cursor`` back for the next
+        page; if the task it names has left the schedule since, the next page starts after
+        its due time (so tasks due in that same millisecond may be skipped).
+        """
+        return await upcoming(self.scripts, self.keys(topic), limit=limit, cursor=cursor)
+
+    async def timeline(self, topic: str, *, window: Duration = 60, windows: int = 60) -> Timeline:
+        """How many tasks of ``topic`` fall due in each of the next ``windows`` (1..240)
+        windows of ``window`` seconds, and how many are due already.  Costs Redis
+        O(windows * log(tasks)); a window of over ~2,000 tasks is estimated (flagged)."""
+        return await timeline(self.scripts, self.keys(topic), window=window, windows=windows)
 
     async def replay(self, topic: str, task_id: str) -> bool:
         """Move a dead-lettered task back to ready (due now), its attempts reset.

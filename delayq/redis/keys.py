@@ -15,6 +15,7 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:slots      STRING counter that numbers new slots
     delayq:{shop:order.close}:seq        STRING fencing-token counter
     delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
+    delayq:{shop:*}:wake                 the pattern of every topic's wake channel (long polls)
     delayq:{shop}:topics                 SET   topics that have been used (for stats)
 """
 
@@ -139,3 +140,16 @@ BODY_FIELD_SUFFIX = "\0"
 def topics_key(queue: str) -> str:
     """The set of topic names ever used in ``queue``."""
     return f"{PREFIX}:{{{queue}}}:topics"
+
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+def wake_pattern(queue: str) -> str:
+    """The PSUBSCRIBE pattern matching the wake channel of every topic of ``queue``.
+
+    A queue name holds no ``{``, ``}`` or ``:``, so the pattern cannot match another
+    queue's channels; glob characters in it are escaped.
+    """
+    escaped = _GLOB_SPECIAL.sub(r"\\\1", queue)
+    return f"{PREFIX}:{{{escaped}:*}}:wake"

@@ -85,7 +85,7 @@ class Scripts:
         self._client = client
         self._lane = lane
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
-                 "replay", "get", "stats", "dead_letters")  # fmt: skip
+                 "replay", "get", "stats", "dead_letters", "upcoming", "timeline")  # fmt: skip
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(lua_source(name)) for name in names
         }
@@ -300,3 +300,31 @@ class Scripts:
             for i in range(1, len(reply), 4)
         ]
         return _int(reply[0]), rows
+
+    async def upcoming(
+        self, keys: TopicKeys, *, limit: int, after: tuple[int, str] | None
+    ) -> tuple[int, bool, list[tuple[str, int, str | None]]]:
+        """Run upcoming.lua. Returns (now ms, whether more follow, [(id, due ms, header or
+        None), ...]) for up to ``limit`` tasks after the cursor ``after`` (due ms, id)."""
+        due, task_id = after if after is not None else ("", "")
+        reply = await self._run("upcoming", (keys.prefix, keys.wheel), (limit, due, task_id))
+        rows = [
+            (
+                _text(reply[i]),
+                int(float(reply[i + 1])),
+                _text(reply[i + 2]) if reply[i + 2] else None,
+            )
+            for i in range(2, len(reply), 3)
+        ]
+        return _int(reply[0]), bool(_int(reply[1])), rows
+
+    async def timeline(
+        self, keys: TopicKeys, *, width_ms: int, windows: int, exact_slots: int
+    ) -> tuple[int, tuple[int, bool], list[tuple[int, bool]]]:
+        """Run timeline.lua. Returns (now ms, (due now, estimated), [(count, estimated) per
+        window of ``width_ms`` from now])."""
+        reply = await self._run(
+            "timeline", (keys.prefix, keys.wheel), (width_ms, windows, exact_slots)
+        )
+        counts = [(_int(reply[i]), bool(_int(reply[i + 1]))) for i in range(1, len(reply), 2)]
+        return _int(reply[0]), counts[0], counts[1:]

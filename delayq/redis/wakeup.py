@@ -1,25 +1,34 @@
-"""One pub/sub connection per worker process that wakes the fetch loop of a topic early.
+"""Pub/sub wake-ups: a task became due earlier than anything its topic held.
 
 Scripts publish on a topic's ``wake`` channel only when a task becomes due earlier than
-anything the topic held, so a worker sleeping until its next due time learns about the
-new, earlier task at once.  If the subscription drops, every topic is woken so that it
-re-reads its schedule: a lost message can delay nothing.
+anything the topic held, so whoever sleeps until the topic's next due time learns about
+the new, earlier task at once.  Two listeners share one subscription loop:
+
+- :class:`Wakeup`, one per worker process: a fixed set of channels, one event per topic's
+  fetch loop;
+- :class:`WakeupHub`, one per queue that serves long polls (``Queue.consumer``): one
+  pattern subscription to every topic of the queue, and a :class:`Signal` per topic that
+  any number of waiters watch.
+
+If the subscription drops, every waiter is woken so that it re-reads its schedule: a lost
+message can delay nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as rexc
 
 from delayq.cancel import raise_if_cancelling
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from redis.asyncio import Redis
+    from redis.asyncio.client import PubSub
 
 log = logging.getLogger("delayq.worker")
 
@@ -41,32 +50,141 @@ class Wakeup:
         for event in self._events.values():
             event.set()
 
+    def _deliver(self, channel: str) -> None:
+        event = self._events.get(channel)
+        if event is not None:
+            event.set()
+
     async def run(self) -> None:
         """Listen until cancelled, resubscribing after connection failures."""
-        retry_in = 0.05
-        while True:
-            raise_if_cancelling()
-            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(*self._events)
-                self.subscribed.set()
-                # A task sent while we were (re)subscribing published to nobody: look again.
-                self.set_all()
-                retry_in = 0.05
-                async for message in pubsub.listen():
-                    channel = message["channel"]
-                    name = channel.decode() if isinstance(channel, bytes) else channel
-                    event = self._events.get(name)
-                    if event is not None:
-                        event.set()
-            except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-                self.subscribed.clear()
-                self.set_all()
-                log.warning("wake-up subscription lost (%s); retrying in %.2fs", exc, retry_in)
-                await asyncio.sleep(retry_in)
-                retry_in = min(retry_in * 2, 1.0)
-            finally:
-                await asyncio.shield(_close_quietly(pubsub))
+
+        async def subscribe(pubsub: PubSub) -> None:
+            await pubsub.subscribe(*self._events)
+
+        def subscribed() -> None:
+            self.subscribed.set()
+            # A task sent while we were (re)subscribing published to nobody: look again.
+            self.set_all()
+
+        await listen(self._redis, subscribe, self._deliver, self._lost, subscribed, confirmed=False)
+
+    def _lost(self) -> None:
+        self.subscribed.clear()
+        self.set_all()
+
+
+class Signal:
+    """A wake-up that many waiters can watch without stealing it from each other.
+
+    A waiter takes :meth:`watch` *before* it looks at the schedule and awaits the event it
+    got after: a wake-up fired in between sets that event, so none is missed, and no
+    waiter clears another's (what a shared ``asyncio.Event`` with ``clear()`` would do).
+    """
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def watch(self) -> asyncio.Event:
+        """The event the next :meth:`fire` sets."""
+        return self._event
+
+    def fire(self) -> None:
+        """Wake everyone watching now; later watchers get a fresh event."""
+        self._event.set()
+        self._event = asyncio.Event()
+
+
+class WakeupHub:
+    """One pattern subscription to the wake channels of every topic of a queue.
+
+    Args:
+        redis: the client whose pool lends the subscription its connection.
+        pattern: the glob of the queue's wake channels (``keys.wake_pattern``).
+    """
+
+    def __init__(self, redis: Redis, pattern: str) -> None:
+        self._redis = redis
+        self._pattern = pattern
+        self._signals: dict[str, Signal] = {}
+        self.subscribed = asyncio.Event()
+        """Set once Redis confirmed the subscription: a publish after that reaches us."""
+
+    def signal(self, channel: str) -> Signal:
+        """The signal of ``channel`` (made on first use; one small object per topic)."""
+        found = self._signals.get(channel)
+        if found is None:
+            found = self._signals[channel] = Signal()
+        return found
+
+    def _deliver(self, channel: str) -> None:
+        found = self._signals.get(channel)
+        if found is not None:
+            found.fire()
+
+    def _lost(self) -> None:
+        self.subscribed.clear()
+        for found in self._signals.values():
+            found.fire()
+
+    async def run(self) -> None:
+        """Listen until cancelled, resubscribing after connection failures."""
+
+        async def subscribe(pubsub: PubSub) -> None:
+            await pubsub.psubscribe(self._pattern)
+
+        def subscribed() -> None:
+            self.subscribed.set()
+            # A task sent while we were (re)subscribing published to nobody: look again.
+            for found in self._signals.values():
+                found.fire()
+
+        await listen(self._redis, subscribe, self._deliver, self._lost, subscribed, confirmed=True)
+
+
+async def listen(
+    redis: Redis,
+    subscribe: Callable[[PubSub], Awaitable[None]],
+    deliver: Callable[[str], None],
+    lost: Callable[[], None],
+    subscribed: Callable[[], None],
+    *,
+    confirmed: bool,
+) -> None:
+    """Run a subscription until cancelled: ``subscribe`` on a fresh connection, call
+    ``subscribed()``, ``deliver`` each message's channel, and call ``lost()`` when the
+    connection fails (then resubscribe, backing off up to 1 s).
+
+    ``confirmed``: call ``subscribed()`` only once Redis confirmed the subscription (so
+    that a publish after it certainly reaches us), rather than once the command is sent.
+    """
+    retry_in = 0.05
+    while True:
+        raise_if_cancelling()
+        pubsub = redis.pubsub(ignore_subscribe_messages=not confirmed)
+        try:
+            await subscribe(pubsub)
+            if not confirmed:
+                subscribed()
+            retry_in = 0.05
+            async for message in pubsub.listen():
+                kind = message["type"]
+                if kind in ("message", "pmessage"):
+                    deliver(_text(message["channel"]))
+                elif kind in ("subscribe", "psubscribe"):
+                    subscribed()
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            lost()
+            log.warning("wake-up subscription lost (%s); retrying in %.2fs", exc, retry_in)
+            await asyncio.sleep(retry_in)
+            retry_in = min(retry_in * 2, 1.0)
+        finally:
+            await asyncio.shield(_close_quietly(pubsub))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def _close_quietly(pubsub: object) -> None:

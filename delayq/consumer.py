@@ -1,0 +1,323 @@
+"""Consuming without a handler: lease tasks, then ack, nack or extend them by a lease token.
+
+This is what a consumer that is not a delayq worker uses, e.g. a service in another
+language behind the HTTP API (``delayq.web``).  The protocol is the worker's, with the
+same scripts and the same fencing: every lease carries a fresh fencing token, and an ack,
+nack or extend whose token is no longer the task's (its lease expired and the task was
+leased again) changes nothing and raises :class:`~delayq.errors.LeaseLostError`.
+
+A waiting :meth:`Consumer.lease` is a long poll that never polls Redis: it sleeps until
+the topic's next due time or lease deadline (Redis's clock, from the reserve reply), or
+until a wake-up published by the scripts arrives on the queue's pattern subscription
+(:class:`~delayq.redis.wakeup.WakeupHub`, one per queue, opened on the first wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import pydantic_core
+from pydantic import BaseModel, ConfigDict
+
+from delayq.duration import Duration, to_millis, to_seconds
+from delayq.errors import InvalidDurationError, InvalidInputError, LeaseLostError
+from delayq.redis.keys import check_task_id, check_topic, wake_pattern
+from delayq.redis.wakeup import Signal, WakeupHub
+from delayq.task import Envelope, from_millis
+from delayq.worker.runner import IDLE_RECHECK, MAX_BATCH, MAX_ERROR_CHARS, MAX_RECLAIM, log_skipped
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from redis.asyncio import Redis
+
+    from delayq.redis.keys import TopicKeys
+    from delayq.redis.scripts import Scripts
+    from delayq.topic import TopicOptions
+
+log = logging.getLogger("delayq")
+
+MAX_WAIT_SECONDS = 30.0
+"""Longest a :meth:`Consumer.lease` call may wait for a task."""
+MAX_LEASE_TOKEN_CHARS = 1024
+_SEPARATOR = "\x1f"  # topics and task ids hold no control characters
+_TOKEN_TEXT = re.compile(r"1[A-Za-z0-9_-]{1,1023}")
+_FENCING = re.compile(r"[1-9][0-9]{0,18}")
+_ATTEMPT = re.compile(r"[1-9][0-9]{0,9}")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHandle:
+    """What a lease token stands for: the task (topic and id), its lease's fencing token and
+    the attempt it is.  Not a secret: whoever may consume the topic may ack its tasks."""
+
+    topic: str
+    task_id: str
+    fencing_token: str
+    attempt: int
+
+    def encode(self) -> str:
+        """The lease token: ``1`` (the format's version) and URL-safe base64 without padding."""
+        raw = _SEPARATOR.join((self.fencing_token, str(self.attempt), self.topic, self.task_id))
+        return "1" + base64.urlsafe_b64encode(raw.encode()).rstrip(b"=").decode()
+
+    @classmethod
+    def parse(cls, text: object) -> LeaseHandle:
+        """Read a lease token, strictly: only the canonical encoding of a well-formed handle.
+
+        Raises:
+            InvalidInputError: ``text`` is not a lease token.
+        """
+        if not isinstance(text, str) or not _TOKEN_TEXT.fullmatch(text):
+            raise InvalidInputError("lease token is malformed")
+        data = text[1:]
+        try:
+            raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)).decode()
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise InvalidInputError("lease token is malformed") from None
+        parts = raw.split(_SEPARATOR)
+        if len(parts) != 4 or not _FENCING.fullmatch(parts[0]) or not _ATTEMPT.fullmatch(parts[1]):
+            raise InvalidInputError("lease token is malformed")
+        try:
+            handle = cls(check_topic(parts[2]), check_task_id(parts[3]), parts[0], int(parts[1]))
+        except InvalidInputError:
+            raise InvalidInputError("lease token is malformed") from None
+        if handle.encode() != text:  # one token per lease: no aliases
+            raise InvalidInputError("lease token is malformed")
+        return handle
+
+
+class LeasedTask(BaseModel):
+    """A task leased by :meth:`Consumer.lease`: run it, then ack, nack or extend its lease."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lease_token: str
+    """Names this lease in :meth:`Consumer.ack`, ``nack`` and ``extend``."""
+    id: str
+    topic: str
+    attempt: int
+    """1 on the first delivery, 2 on the first retry, ..."""
+    max_attempts: int
+    """The attempt after which a failing task is dead-lettered."""
+    due_at: datetime
+    enqueued_at: datetime
+    lease_deadline: datetime
+    """When the lease ends unless extended (Redis's clock): the task is then leased again."""
+    body: Any
+    """The JSON body, decoded."""
+
+
+class NackResult(BaseModel):
+    """What a nack did: the task is scheduled again at ``at``, or dead-lettered at ``at``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    outcome: Literal["retry", "dead"]
+    at: datetime
+
+
+class Consumer:
+    """Lease, ack, nack and extend without a registered handler (``Queue.consumer``).
+
+    Args:
+        redis: the client whose pool lends the wake-up subscription its connection.
+        scripts: runs reserve, ack, nack and extend.
+        queue: the queue's name.
+        keys: the key names of a topic (validates the topic).
+        options: the options of a topic: its registered handler's, or the defaults.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        scripts: Scripts,
+        *,
+        queue: str,
+        keys: Callable[[str], TopicKeys],
+        options: Callable[[str], TopicOptions],
+    ) -> None:
+        self._redis = redis
+        self._scripts = scripts
+        self._queue = queue
+        self._keys = keys
+        self._options = options
+        self._hub: WakeupHub | None = None
+        self._hub_task: asyncio.Task[None] | None = None
+
+    async def lease(
+        self, topic: str, *, limit: int = 1, wait: Duration = 0.0, ttr: Duration | None = None
+    ) -> list[LeasedTask]:
+        """Lease up to ``limit`` due tasks of ``topic``, waiting up to ``wait`` for one.
+
+        Returns as soon as at least one task was leased, or empty-handed once ``wait`` ran
+        out.  Expired leases of the topic are reclaimed on the way, as a worker's reserve
+        does.
+
+        Args:
+            topic: the topic to consume.
+            limit: most tasks to lease, 1..100.
+            wait: seconds (up to 30) to wait for a task to fall due; 0 answers at once.
+            ttr: the lease length for tasks without their own (default: the topic's, i.e.
+                its registered handler's, else 30 s).
+
+        Raises:
+            InvalidInputError: a bad topic, limit, wait or ttr (nothing is leased).
+            RedisUnavailableError: Redis could not be reached.
+        """
+        keys = self._keys(topic)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BATCH:
+            raise InvalidInputError(f"limit must be an int in [1, {MAX_BATCH}], got {limit!r}")
+        wait_s = to_seconds(wait, name="wait")
+        if wait_s > MAX_WAIT_SECONDS:
+            raise InvalidDurationError(f"wait must be at most {MAX_WAIT_SECONDS:g} s, got {wait!r}")
+        options = self._options(topic)
+        ttr_ms = options.ttr_ms if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait_s
+        signal = await self._signal(keys.wake, wait_s) if wait_s > 0 else None
+        while True:
+            woken = signal.watch() if signal is not None else None  # before looking
+            found = await self._scripts.reserve_reporting(
+                keys, limit=limit, reclaim=MAX_RECLAIM, ttr_ms=ttr_ms,
+                max_attempts=options.max_attempts,
+            )  # fmt: skip
+            if found.skipped:
+                log_skipped(topic, found.skipped)
+            left = give_up - loop.time()
+            if found.items or woken is None or left <= 0:
+                now_ms = found.now_us // 1000
+                return [
+                    leased(topic, task_id, raw, now_ms, ttr_ms, options.max_attempts)
+                    for task_id, raw in found.items
+                ]
+            pause = min(left, IDLE_RECHECK)
+            if found.next_ms >= 0:
+                pause = min(pause, (found.next_ms * 1000 - found.now_us) / 1e6)
+            if pause > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await woken.wait()
+
+    async def ack(self, lease_token: str) -> None:
+        """Finish the leased task: it is deleted.
+
+        Raises:
+            InvalidInputError: ``lease_token`` is not a lease token.
+            LeaseLostError: the lease is no longer held (it expired and the task was
+                leased again, or it was already acked or nacked): nothing changed.
+        """
+        handle = LeaseHandle.parse(lease_token)
+        keys = self._keys(handle.topic)
+        (acked,) = await self._scripts.ack(keys, [(handle.task_id, handle.fencing_token)])
+        if not acked:
+            raise _lost(handle)
+
+    async def nack(
+        self,
+        lease_token: str,
+        *,
+        delay: Duration | None = None,
+        dead: bool = False,
+        error: str = "",
+    ) -> NackResult:
+        """End the lease without success: retry after ``delay``, or dead-letter.
+
+        Args:
+            lease_token: the lease.
+            delay: until the next attempt; ``None``: the topic's backoff for this attempt.
+                A task that had its last attempt is dead-lettered instead.
+            dead: dead-letter it now, whatever attempts are left.
+            error: recorded as the task's ``last_error`` (cut at 2,000 characters);
+                empty keeps the previous one.
+
+        Raises:
+            InvalidInputError: a malformed token or delay.
+            LeaseLostError: the lease is no longer held: nothing changed.
+        """
+        handle = LeaseHandle.parse(lease_token)
+        keys = self._keys(handle.topic)
+        options = self._options(handle.topic)
+        if delay is None:
+            delay = options.backoff.delay(handle.attempt)
+        delay_ms = to_millis(delay, name="delay")
+        if not isinstance(error, str):
+            raise InvalidInputError(f"error must be a str, got {type(error).__name__}")
+        outcome, when = await self._scripts.nack(
+            keys, handle.task_id, handle.fencing_token, mode="dead" if dead else "retry",
+            delay_ms=delay_ms, error=error[:MAX_ERROR_CHARS], max_attempts=options.max_attempts,
+        )  # fmt: skip
+        if outcome == 0:
+            raise _lost(handle)
+        return NackResult(outcome="retry" if outcome == 1 else "dead", at=from_millis(when))
+
+    async def extend(self, lease_token: str, seconds: Duration) -> datetime:
+        """Make the lease end ``seconds`` from now (it is never shortened).
+
+        Returns:
+            When the lease now ends (Redis's clock).
+
+        Raises:
+            InvalidInputError: a malformed token, or ``seconds`` not a positive duration.
+            LeaseLostError: the lease is no longer held: nothing changed.
+        """
+        handle = LeaseHandle.parse(lease_token)
+        keys = self._keys(handle.topic)
+        ms = to_millis(seconds, name="seconds", allow_zero=False)
+        deadline = await self._scripts.extend(keys, handle.task_id, handle.fencing_token, ms)
+        if not deadline:
+            raise _lost(handle)
+        return from_millis(deadline)
+
+    async def aclose(self) -> None:
+        """Stop the wake-up subscription, if a waiting lease opened one."""
+        task, self._hub_task, self._hub = self._hub_task, None, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _signal(self, channel: str, within: float) -> Signal:
+        """The wake-up signal of ``channel``, once the queue's subscription is confirmed
+        (waiting at most ``within`` s; after that the lease sleeps by the schedule alone)."""
+        hub, task = self._hub, self._hub_task
+        loop = asyncio.get_running_loop()
+        if hub is None or task is None or task.done() or task.get_loop() is not loop:
+            hub = self._hub = WakeupHub(self._redis, wake_pattern(self._queue))
+            task = self._hub_task = loop.create_task(hub.run(), name="delayq-wakeup-hub")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await hub.subscribed.wait()
+        return hub.signal(channel)
+
+
+def leased(
+    topic: str, task_id: str, raw: bytes, now_ms: int, ttr_ms: int, max_attempts: int
+) -> LeasedTask:
+    """A :class:`LeasedTask` from one task of a reserve reply."""
+    envelope = Envelope.parse(raw)  # reserve.lua already checked the header
+    try:
+        body = pydantic_core.from_json(envelope.body)
+    except ValueError:
+        body = envelope.body.decode(errors="replace")
+    handle = LeaseHandle(topic, task_id, envelope.token, envelope.attempts)
+    return LeasedTask(
+        lease_token=handle.encode(), id=task_id, topic=topic, attempt=envelope.attempts,
+        max_attempts=envelope.max_attempts or max_attempts, due_at=from_millis(envelope.due_ms),
+        enqueued_at=from_millis(envelope.enqueued_ms),
+        lease_deadline=from_millis(now_ms + (envelope.ttr_ms or ttr_ms)), body=body,
+    )  # fmt: skip
+
+
+def _lost(handle: LeaseHandle) -> LeaseLostError:
+    return LeaseLostError(
+        f"lease of {handle.topic}/{handle.task_id} (token {handle.fencing_token}) is no longer held"
+    )
