@@ -33,7 +33,7 @@ import redis
 from benchmarks.common import emit
 from delayq import Queue
 from delayq.redis.keys import TopicKeys
-from delayq.redis.scripts import lua_source
+from delayq.redis.scripts import lua_source, reserve_keys
 from delayq.task import Envelope
 from tests.redis_server import RedisServer
 
@@ -88,7 +88,7 @@ RESERVE_PARTS: dict[str, Cut] = {
     ],
     "next wake-up (schedule head, first lease)": [
         (
-            "local next_due = schedule_head(prefix, wheel)\n"
+            "local next_due = not paused and schedule_head(prefix, wheel) or nil\n"
             "local next_lease = first_lease_deadline(reserved)",
             "local next_due, next_lease = nil, nil",
         ),
@@ -164,12 +164,12 @@ def one_round(
     """Fill, lease all, ack all: µs inside EVALSHA per task of the lease and the ack phase."""
     keys = asyncio.run(fill(url, topic, n))
     reserve_sha, ack_sha = shas
-    reserve_keys = (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq)
+    reserve_args = reserve_keys(keys)
     client.config_resetstat()
     batches: list[list[str]] = []
     while True:
         reply: Any = client.evalsha(
-            reserve_sha, len(reserve_keys), *reserve_keys, BATCH, BATCH, LEASE_MS, 5
+            reserve_sha, len(reserve_args), *reserve_args, BATCH, BATCH, LEASE_MS, 5
         )
         items = reply[3:]
         if not items:

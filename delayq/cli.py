@@ -5,6 +5,7 @@ delayq stats  myapp.tasks:queue          (or --url/--name without importing the 
 delayq get    myapp.tasks:queue order.close order-7
 delayq cancel myapp.tasks:queue order.close order-7
 delayq dead   myapp.tasks:queue order.close [--replay ID] [--limit 100]
+delayq pause  myapp.tasks:queue payment.capture      (and `delayq resume ...`)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from delayq.errors import AppImportError, DelayqError
 from delayq.queue import Queue
 
 if TYPE_CHECKING:
-    from delayq.task import TaskInfo
+    from delayq.task import TaskInfo, TopicStats
 
 Command = Callable[[Queue, argparse.Namespace], Awaitable[int]]
 
@@ -75,9 +76,34 @@ async def _stats(queue: Queue, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({t: s.model_dump() for t, s in stats.items()}, indent=2))
         return 0
-    print(f"{'topic':30} {'delayed':>9} {'ready':>9} {'reserved':>9} {'dead':>9}")
+    print(f"{'topic':30} {'delayed':>9} {'ready':>9} {'reserved':>9} {'dead':>9}  controls")
     for topic, s in stats.items():
-        print(f"{topic:30} {s.delayed:>9} {s.ready:>9} {s.reserved:>9} {s.dead:>9}")
+        print(
+            f"{topic:30} {s.delayed:>9} {s.ready:>9} {s.reserved:>9} {s.dead:>9}  "
+            f"{_controls_text(s)}".rstrip()
+        )
+    return 0
+
+
+def _controls_text(s: TopicStats) -> str:
+    """``paused, rate_limit=100/s, max_running=5`` for the stats table ('' for none)."""
+    parts = ["paused"] if s.paused else []
+    if s.rate_limit:
+        parts.append(f"rate_limit={s.rate_limit}")
+    if s.max_running:
+        parts.append(f"max_running={s.max_running}")
+    return ", ".join(parts)
+
+
+async def _pause(queue: Queue, args: argparse.Namespace) -> int:
+    await queue.pause(args.topic)
+    print(f"paused {args.topic}: workers lease none of its tasks until `delayq resume`")
+    return 0
+
+
+async def _resume(queue: Queue, args: argparse.Namespace) -> int:
+    await queue.resume(args.topic)
+    print(f"resumed {args.topic}")
     return 0
 
 
@@ -142,6 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub = command(name, handler, text, app_required=False)
         sub.add_argument("topic")
         sub.add_argument("task_id")
+    for name, handler, text in (
+        ("pause", _pause, "stop every worker from leasing a topic's tasks"),
+        ("resume", _resume, "let a paused topic's tasks be leased again"),
+    ):
+        command(name, handler, text, app_required=False).add_argument("topic")
     dead = command("dead", _dead, "list or replay dead letters", app_required=False)
     dead.add_argument("topic")
     dead.add_argument("--replay", metavar="ID")

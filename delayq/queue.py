@@ -330,10 +330,12 @@ class Queue:
         found = await self.scripts.get(self.keys(topic), check_task_id(task_id))
         if found is None:
             return None
-        state, raw, error, _now, score = found
+        state, score = found.state, found.score_ms
         lease = from_millis(score) if state == "reserved" else None
         dead_at = from_millis(score) if state == "dead" else None
-        return stored_task_info(topic, task_id, state, raw, error, score, lease, dead_at)
+        return stored_task_info(
+            topic, task_id, state, found.raw, found.error, score, lease, dead_at, found.paused
+        )
 
     async def topic_names(self) -> list[str]:
         """The names of the topics this queue has used (sent to, or consumed), sorted."""
@@ -342,16 +344,34 @@ class Queue:
         return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
 
     async def stats(self, topics: Iterable[str] | None = None) -> dict[str, TopicStats]:
-        """Count tasks per state for every topic of this queue (or of ``topics``) that holds any."""
+        """Count tasks per state for every topic of this queue (or of ``topics``) that holds
+        any, or that is paused or limited (with its controls)."""
         names = await self.topic_names() if topics is None else [check_topic(t) for t in topics]
         result: dict[str, TopicStats] = {}
         for topic in names:
-            delayed, ready, reserved, dead = await self.scripts.stats(self.keys(topic))
-            if delayed or ready or reserved or dead:
+            c = await self.scripts.stats(self.keys(topic))
+            controlled = c.paused or c.rate_limit or c.max_running
+            if c.delayed or c.ready or c.reserved or c.dead or controlled:
                 result[topic] = TopicStats(
-                    delayed=delayed, ready=ready, reserved=reserved, dead=dead
-                )
+                    delayed=c.delayed, ready=c.ready, reserved=c.reserved, dead=c.dead,
+                    paused=c.paused, rate_limit=c.rate_limit, max_running=c.max_running,
+                )  # fmt: skip
         return result
+
+    async def pause(self, topic: str) -> None:
+        """Stop every worker of the queue from leasing ``topic``'s tasks, until :meth:`resume`.
+
+        Takes effect at each worker's next lease (tasks already leased run to the end) and
+        holds across worker restarts: the pause is stored in Redis.  Sends are still
+        accepted; ``stats()`` and ``get()`` show the pause.
+        """
+        await self.scripts.control(self.keys(topic), {"paused": "1"})
+        await self.announce([topic])
+
+    async def resume(self, topic: str) -> None:
+        """Let ``topic``'s tasks be leased again after :meth:`pause`; its workers are woken
+        at once (a topic that is not paused is left as it is)."""
+        await self.scripts.control(self.keys(topic), {"paused": ""})
 
     async def dead_letters(self, topic: str, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
         """List a topic's dead letters, oldest first, with their last error."""

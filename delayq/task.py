@@ -82,10 +82,12 @@ class TaskInfo(BaseModel):
     """For a reserved task: when its lease ends unless extended or acked."""
     dead_at: datetime | None = None
     """For a dead task: when it was dead-lettered."""
+    paused: bool = False
+    """Whether the task's topic is paused (``Queue.pause``): a ready task then waits."""
 
 
 class TopicStats(BaseModel):
-    """How many tasks one topic holds in each state."""
+    """How many tasks one topic holds in each state, and the topic's fleet-wide controls."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -93,6 +95,12 @@ class TopicStats(BaseModel):
     ready: int
     reserved: int
     dead: int
+    paused: bool = False
+    """Whether the topic is paused (``Queue.pause``): its workers lease nothing."""
+    rate_limit: str | None = None
+    """The rate limit its workers enforce (``"100/s"``), as the last worker to start declared it."""
+    max_running: int | None = None
+    """The cap on its leased tasks that its workers enforce, as the last worker to start declared it."""
 
 
 class Task:
@@ -168,6 +176,7 @@ def stored_task_info(
     score: int,
     lease: datetime | None,
     dead_at: datetime | None,
+    paused: bool = False,
 ) -> TaskInfo:
     """A :class:`TaskInfo` from what get.lua or dead_letters.lua returned.  An unreadable
     envelope still gives an answer (state, score, error), never an exception."""
@@ -178,7 +187,7 @@ def stored_task_info(
             id=task_id, topic=topic, state=state, due_at=from_millis(score),
             enqueued_at=from_millis(score), attempts=0, max_attempts=None, body=None,
             last_error=error or "CorruptTask: stored envelope is unreadable",
-            lease_deadline=lease, dead_at=dead_at,
+            lease_deadline=lease, dead_at=dead_at, paused=paused,
         )  # fmt: skip
     try:
         body = pydantic_core.from_json(envelope.body)
@@ -188,5 +197,5 @@ def stored_task_info(
         id=task_id, topic=topic, state=state, due_at=from_millis(envelope.due_ms),
         enqueued_at=from_millis(envelope.enqueued_ms), attempts=envelope.attempts,
         max_attempts=envelope.max_attempts or None, body=body, last_error=error,
-        lease_deadline=lease, dead_at=dead_at,
+        lease_deadline=lease, dead_at=dead_at, paused=paused,
     )  # fmt: skip

@@ -98,6 +98,8 @@ async def test_worker_topics_option_consumes_only_those(
 
 # -- inspecting and managing ------------------------------------------------------------------
 
+NO_CONTROLS = {"paused": False, "rate_limit": None, "max_running": None}
+
 
 async def test_stats_table_and_json(env: dict[str, str], queue: Queue) -> None:
     await queue.send_delayed("count", {}, delay=60)
@@ -111,15 +113,15 @@ async def test_stats_table_and_json(env: dict[str, str], queue: Queue) -> None:
     )
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["topic", "delayed", "ready", "reserved", "dead"]
+    assert header.split() == ["topic", "delayed", "ready", "reserved", "dead", "controls"]
     assert [row.split() for row in rows] == [
         ["count", "2", "1", "0", "0"],
         ["slow", "1", "0", "0", "0"],
     ]
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout) == {
-        "count": {"delayed": 2, "ready": 1, "reserved": 0, "dead": 0},
-        "slow": {"delayed": 1, "ready": 0, "reserved": 0, "dead": 0},
+        "count": {"delayed": 2, "ready": 1, "reserved": 0, "dead": 0} | NO_CONTROLS,
+        "slow": {"delayed": 1, "ready": 0, "reserved": 0, "dead": 0} | NO_CONTROLS,
     }
 
 
@@ -129,7 +131,7 @@ async def test_stats_with_url_and_name_needs_no_app(
     await queue.send_delayed("anything", {"x": 1}, delay=60)
     bare = app_env(redis_url, "unused")
     del bare["DELAYQ_QUEUE"]
-    expected = {"anything": {"delayed": 1, "ready": 0, "reserved": 0, "dead": 0}}
+    expected = {"anything": {"delayed": 1, "ready": 0, "reserved": 0, "dead": 0} | NO_CONTROLS}
 
     with_url, from_env = await asyncio.gather(
         cli(bare, "stats", "--url", redis_url, "--name", queue_name, "--json"),

@@ -10,7 +10,7 @@ from typing import Any
 import redis.asyncio
 
 from delayq import Queue
-from delayq.redis.scripts import lua_source
+from delayq.redis.scripts import lua_source, reserve_keys
 from tests.helpers import LONG_TTR_MS
 
 RESERVERS = 50
@@ -57,7 +57,7 @@ async def reserve_each(racer: Queue, topics: list[str]) -> dict[str, str]:
         for topic in order:
             keys = racer.keys(topic)
             await script(
-                keys=[keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq],
+                keys=reserve_keys(keys),
                 args=[1, 1, LONG_TTR_MS, 3],
                 client=pipe,
             )

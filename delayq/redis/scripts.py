@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from delayq.redis.translate import TRANSLATED, translate
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from redis.asyncio import Redis
     from redis.commands.core import AsyncScript
@@ -56,10 +56,49 @@ class Reservation:
     skipped: list[tuple[str, str]]
 
 
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What get.lua found for an id.
+
+    Attributes:
+        state: ``"delayed"``, ``"ready"``, ``"reserved"`` or ``"dead"``.
+        raw: the envelope.
+        error: the last error, if any.
+        now_ms: Redis's time.
+        score_ms: the due time, lease deadline or time of death, matching the state.
+        paused: whether the task's topic is paused.
+    """
+
+    state: str
+    raw: bytes
+    error: str | None
+    now_ms: int
+    score_ms: int
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """What stats.lua counted for a topic, and the topic's controls as stored."""
+
+    delayed: int
+    ready: int
+    reserved: int
+    dead: int
+    paused: bool
+    rate_limit: str | None
+    max_running: int | None
+
+
 def waiting_keys(keys: TopicKeys) -> tuple[str, str, str, str]:
     """The KEYS of the scripts that store or remove a waiting task (send, send_many, cancel,
     replay), also for anything that runs them bare (the benchmark's ceiling)."""
     return (keys.prefix, keys.wheel, keys.dead, keys.errors)
+
+
+def reserve_keys(keys: TopicKeys) -> tuple[str, ...]:
+    """The KEYS of reserve.lua (also for anything that runs it bare)."""
+    return (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq, keys.controls)
 
 
 def _int(value: Any) -> int:
@@ -85,7 +124,8 @@ class Scripts:
         self._client = client
         self._lane = lane
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
-                 "replay", "get", "stats", "dead_letters", "upcoming", "timeline")  # fmt: skip
+                 "replay", "get", "stats", "dead_letters", "upcoming", "timeline",
+                 "control")  # fmt: skip
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(lua_source(name)) for name in names
         }
@@ -200,7 +240,7 @@ class Scripts:
         """Run reserve.lua. Returns the leased tasks and the entries it dropped or buried."""
         reply = await self._run(
             "reserve",
-            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq),
+            reserve_keys(keys),
             (limit, reclaim, ttr_ms, max_attempts),
         )
         skipped = reply[2]
@@ -265,23 +305,39 @@ class Scripts:
         keyset = waiting_keys(keys)
         return bool(_int(await self._run("replay", keyset, (task_id, keys.wake))))
 
-    async def get(
-        self, keys: TopicKeys, task_id: str
-    ) -> tuple[str, bytes, str | None, int, int] | None:
-        """Run get.lua. Returns (state, envelope, last error, now ms, score ms) or None."""
+    async def get(self, keys: TopicKeys, task_id: str) -> Found | None:
+        """Run get.lua. Returns what it found, or None for an unknown id."""
         reply = await self._run(
-            "get", (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors), (task_id,)
+            "get",
+            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.controls),
+            (task_id,),
         )
         if reply is None:
             return None
-        state, raw, error, now, score = reply
-        return _text(state), raw, _text(error) if error else None, _int(now), int(float(score))
+        state, raw, error, now, score, paused = reply
+        return Found(
+            state=_text(state), raw=raw, error=_text(error) if error else None,
+            now_ms=_int(now), score_ms=int(float(score)), paused=bool(_int(paused)),
+        )  # fmt: skip
 
-    async def stats(self, keys: TopicKeys) -> tuple[int, int, int, int]:
-        """Run stats.lua. Returns (delayed, ready, reserved, dead)."""
-        reply = await self._run("stats", (keys.prefix, keys.wheel, keys.reserved, keys.dead), ())
-        delayed, ready, reserved, dead = (_int(v) for v in reply)
-        return delayed, ready, reserved, dead
+    async def stats(self, keys: TopicKeys) -> Counts:
+        """Run stats.lua. Returns the topic's counts by state and its controls."""
+        reply = await self._run(
+            "stats", (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.controls), ()
+        )
+        delayed, ready, reserved, dead = (_int(v) for v in reply[:4])
+        paused, rate_limit, max_running = reply[4]
+        return Counts(
+            delayed=delayed, ready=ready, reserved=reserved, dead=dead, paused=bool(paused),
+            rate_limit=_text(rate_limit) if rate_limit else None,
+            max_running=_int(max_running) if max_running else None,
+        )  # fmt: skip
+
+    async def control(self, keys: TopicKeys, fields: Mapping[str, str]) -> int:
+        """Run control.lua: set the topic's control ``fields`` ('' deletes one) and wake its
+        workers when anything changed.  Returns how many fields changed."""
+        args = [part for field, value in fields.items() for part in (field, value)]
+        return _int(await self._run("control", (keys.controls,), (keys.wake, *args)))
 
     async def dead_letters(
         self, keys: TopicKeys, *, offset: int, limit: int

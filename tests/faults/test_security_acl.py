@@ -1,7 +1,7 @@
 """Security: a least-privilege ACL user, and wrong credentials.
 
 The ACL below is the least a delayq user needs: the queue's keys, its wake-up channels, and
-27 commands.  ``test_acl_user_runs_everything_and_needs_every_command`` runs every core
+28 commands.  ``test_acl_user_runs_everything_and_needs_every_command`` runs every core
 operation under it — producer API, dead letters, and a worker process through the CLI —
 and then checks with ``INFO commandstats`` that each allowed command was actually used, so
 the list is both sufficient and minimal for the current scripts (it fails, on purpose,
@@ -34,7 +34,7 @@ ACL_COMMANDS = [
     # inside the scripts
     "time", "type", "zrange", "zadd", "zrem", "zremrangebyrank", "zscore", "zmscore",
     "zcard", "zcount", "hget", "hmget", "hset", "hdel", "hexists", "incrby", "publish",
-    "get", "hlen",
+    "get", "hlen", "exists",
     # inside the scripts, only when a task bucket splits (a topic of ~100,000 tasks)
     "hgetall", "set", "object|encoding",
 ]  # fmt: skip
@@ -80,6 +80,7 @@ async def test_acl_user_runs_everything_and_needs_every_command(
         producer = Producer(queue)
         for i in range(20):
             await producer.send(f"acl-{i}", delay=0.05 * (i % 4))
+        await queue.pause(OTHER_TOPIC)  # the worker's reserve reads the topic's controls
         await queue.send_many(OTHER_TOPIC, [{"n": i} for i in range(5)],
                               task_ids=[f"many-{i}" for i in range(5)])  # fmt: skip
         # Ids still stored (due in an hour) sent again: send_many then looks them up among
@@ -93,6 +94,8 @@ async def test_acl_user_runs_everything_and_needs_every_command(
         crowded = ids_in_bucket(queue.keys("crowded"), BUCKETS_MIN, 0, 33, "acl")
         await queue.send_many("crowded", [{}] * 33, delay=3600, task_ids=crowded)
         assert (await queue.get("crowded", crowded[0])) is not None
+        assert (await queue.stats())[OTHER_TOPIC].paused
+        await queue.resume(OTHER_TOPIC)
         await queue.send_delayed(WORK_TOPIC, {}, 60, task_id="to-cancel")
         await queue.send_delayed(WORK_TOPIC, {}, 60, task_id="to-move")
         assert await queue.reschedule(WORK_TOPIC, "to-move", delay=0)

@@ -2,13 +2,15 @@
 -- get.lua: look a task up by id.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)  KEYS[3] reserved (ZSET)  KEYS[4] dead (ZSET)  KEYS[5] errors (HASH)
+-- KEYS[6] controls (HASH)
 -- ARGV[1] id
--- Returns: nil when unknown | {state, envelope, last_error or false, now_ms, score}
+-- Returns: nil when unknown | {state, envelope, last_error or false, now_ms, score, paused}
 --   state is 'delayed', 'ready', 'reserved' or 'dead'; score is the due time, lease deadline
---   or time of death, matching the state.
+--   or time of death, matching the state; paused is 1 when the topic is paused, else 0.
 --@include _envelope
 --@include _layout
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local controls = KEYS[6]
 local id = ARGV[1]
 local bad = load_buckets(prefix)
 if bad then
@@ -36,4 +38,5 @@ else
     state = 'dead'
   end
 end
-return { state, joined(raw, body), redis.call('HGET', errors, id), now, score }
+return { state, joined(raw, body), redis.call('HGET', errors, id), now, score,
+  redis.call('HEXISTS', controls, 'paused') }

@@ -3,7 +3,7 @@
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET slot -> bound ms)  KEYS[3] reserved (ZSET id -> lease deadline ms)
 -- KEYS[4] dead (ZSET id -> died ms)      KEYS[5] errors (HASH id -> last error)
--- KEYS[6] seq (STRING, fencing-token counter)
+-- KEYS[6] seq (STRING, fencing-token counter)   KEYS[7] controls (HASH, see _controls.lua)
 -- ARGV[1] max tasks to lease   ARGV[2] max expired leases to reclaim
 -- ARGV[3] topic default ttr ms  ARGV[4] topic default max attempts
 -- Returns: {now_us, next_ms, skipped, id1, envelope1, id2, envelope2, ...}
@@ -15,15 +15,27 @@
 --   is unreadable; the task is dead-lettered as CorruptTask); each envelope
 --   ("attempts,token,max,ttr,enqueued,due,body") carries the new attempt count and the
 --   lease's fencing token.
+--   A paused topic leases nothing (expired leases are still reclaimed), and next_ms is then
+--   the next lease deadline only: its workers wait for a resume's wake-up.
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 --@include _layout
 local prefix, wheel, reserved, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local controls = KEYS[7]
 local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
   [errors] = 'hash', [seq] = 'string', [slot_counter(prefix)] = 'string' }) or load_buckets(prefix)
 if bad then
   return bad
+end
+-- A plain topic has no controls key: one EXISTS a call is all it pays for them.
+local paused = false
+if redis.call('EXISTS', controls) == 1 then
+  bad = check_types({ [controls] = 'hash' })
+  if bad then
+    return bad
+  end
+  paused = redis.call('HEXISTS', controls, 'paused') == 1
 end
 local max_tasks, max_reclaim = tonumber(ARGV[1]), tonumber(ARGV[2])
 local default_ttr, default_max = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -93,7 +105,10 @@ end
 -- redis.call costs microseconds of overhead: the schedule is read and cut slot by slot and
 -- the reserved ZSET written once; only the buckets (one per task) are touched per task.
 local out = { tonumber(clock[1]) * 1000000 + tonumber(clock[2]), -1, skipped }
-local due, cuts = schedule_due(prefix, wheel, now, max_tasks)
+local due, cuts = {}, {}
+if not paused then
+  due, cuts = schedule_due(prefix, wheel, now, max_tasks)
+end
 local leased_raw, leased_body = {}, {}
 for i, id in ipairs(due) do
   leased_raw[i], leased_body[i] = read_task(prefix, id)
@@ -124,8 +139,9 @@ if #due > 0 then
   end
 end
 
--- 3. Tell the caller when to look again: the next due task or the next lease to expire.
-local next_due = schedule_head(prefix, wheel)
+-- 3. Tell the caller when to look again: the next due task or the next lease to expire
+-- (only the latter while paused: a resume wakes the workers).
+local next_due = not paused and schedule_head(prefix, wheel) or nil
 local next_lease = first_lease_deadline(reserved)
 if next_due and next_lease then
   out[2] = math.min(next_due, next_lease)
