@@ -17,7 +17,8 @@
 * delayq's own ``queue.send_delayed`` as the enqueue scenario calls it (1 h delay, the
   20-byte payload, the topic registered so the body is validated), in the same slices as
   the bare loops: the enqueue target's ratio without the host's drift between the
-  enqueue scenario and this one;
+  enqueue scenario and this one; and the same with ``socket_timeout=None``, which takes
+  away the lane's watchdog, the timer that notices a frozen Redis in 2 s (what it costs);
 * sequential ``EVALSHA`` of ``return 1`` carrying ``send.lua``'s twelve keys and
   arguments, on one connection: what passing a task's arguments costs by itself (the
   asyncio client packs each argument in Python);
@@ -37,7 +38,7 @@
   script, in non-transactional pipelines of 1,000 — roughly what a bulk enqueue
   can approach.
 
-The nine sequential loops run in turn, a fifth of each at a time (see
+The ten sequential loops run in turn, a fifth of each at a time (see
 :data:`SEQUENTIAL_SLICES`), so that they can be compared with each other.
 For each, the redis-server process's user+sys CPU (``INFO cpu``) per request is
 reported too: the floor of Redis CPU per request on this machine, whatever the
@@ -132,9 +133,10 @@ async def delayq_send_sequential(queue: Queue, sha: str, n: int) -> None:
         await queue.send_delayed("noop", body, delay=3600)
 
 
-def delayq_queue(url: str) -> Queue:
-    """A queue opened as the benchmark's delayq adapter opens it, with a ``noop`` topic."""
-    queue = Queue.from_url(url, name="ceiling")
+def delayq_queue(url: str, **options: Any) -> Queue:
+    """A queue opened as the benchmark's delayq adapter opens it (``options`` added), with
+    a ``noop`` topic."""
+    queue = Queue.from_url(url, name="ceiling", **options)
 
     @queue.topic("noop")
     async def noop(body: dict[str, Any]) -> None:
@@ -268,6 +270,7 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
     pooled = pooled_client(url)
     lane_pool, lane = open_clients(url)
     queue = delayq_queue(url)
+    untimed_queue = delayq_queue(url, socket_timeout=None)
     probe = aioredis.Redis.from_url(url, single_connection_client=True)
     try:
         sha = await single.script_load(TRIVIAL_SCRIPT)
@@ -279,11 +282,13 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
         assert lane is not None
         await lane.evalsha(sha, TRIVIAL_SCRIPT, (), ())  # connect outside the timed loop
         await delayq_send_sequential(queue, sha, 1)
+        await delayq_send_sequential(untimed_queue, sha, 1)
         sequential = {
             "evalsha_seq": (single, evalsha_sequential, sha),
             "evalsha_untimed_seq": (untimed, evalsha_sequential, sha),
             "evalsha_lane_seq": (lane, evalsha_lane_sequential, sha),
             "delayq_send_seq": (queue, delayq_send_sequential, sha),
+            "delayq_send_untimed_seq": (untimed_queue, delayq_send_sequential, sha),
             "evalsha_args_seq": (single, evalsha_send_arguments, sha),
             "send_lua_seq": (single, send_lua_sequential, send_sha),
             "floor_send_seq": (single, floor_send_sequential, floor_sha),
@@ -302,6 +307,7 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
         if lane is not None:
             await lane.aclose()
         await queue.close()
+        await untimed_queue.close()
     return metrics | {
         "n_seq": n_seq,
         "n_pipe": n_pipe,

@@ -219,6 +219,7 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         line("sequential EVALSHA 'return 1', no socket_timeout", "evalsha_untimed_seq"),
         line("sequential EVALSHA 'return 1', delayq's script lane", "evalsha_lane_seq"),
         line("delayq send_delayed, in the same slices", "delayq_send_seq"),
+        line("delayq send_delayed, socket_timeout=None (no watchdog)", "delayq_send_untimed_seq"),
         line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
         line("sequential EVALSHA 'return 1' with send.lua's 12 args", "evalsha_args_seq"),
         line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
@@ -239,6 +240,12 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
             + (f", {delayq_send / untimed:.2f}x the one without socket_timeout" if untimed else "")
             + (f", {delayq_send / lane:.2f}x 'return 1' on its own script lane" if lane else "")
             + " (the enqueue target's ratio, free of drift between scenarios)"
+        )
+    send_untimed = ceiling.get("delayq_send_untimed_seq_rate")
+    if delayq_send and send_untimed:
+        lines.append(
+            f"  delayq send_delayed with its 2 s silence watchdog = {delayq_send / send_untimed:.2f}x"
+            " the same without (what noticing a frozen Redis costs a send)"
         )
     floor = ceiling.get("floor_send_seq_rate")
     if floor and single:

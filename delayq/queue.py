@@ -93,10 +93,13 @@ class Queue:
 
         Credentials in the URL (``redis://user:password@host``) use Redis AUTH/ACL. Options
         that ``Queue`` takes are passed to it; the rest go to ``redis.asyncio.Redis.from_url``.
-        By default a failed command is retried once on a fresh connection (no backoff), so a
-        stale pooled connection after a Redis restart costs no error while a Redis that is
-        down fails fast; and at most ``max_connections`` (100) pooled connections are opened,
-        more concurrent calls waiting up to ``timeout`` (10 s) for a free one.  One more
+        By default a command that lost its connection is retried once on a fresh one (no
+        backoff), so a stale pooled connection after a Redis restart costs no error while a
+        Redis that is down fails fast; a Redis silent for 2 s (``socket_timeout`` and
+        ``socket_connect_timeout``; pooled calls wait longer by the durability timeout)
+        fails the command with ``RedisUnavailableError``, without a retry; and at most
+        ``max_connections`` (100) pooled connections are opened, more concurrent calls
+        waiting up to ``timeout`` (10 s) for a free one.  One more
         connection, opened with the same settings and retried under the same policy,
         carries the script calls (:mod:`delayq.redis.lane`); durable sends use the pool.
         """
@@ -105,7 +108,9 @@ class Queue:
             for k in ("max_body_bytes", "past_tolerance", "durability")
             if k in options
         }
-        client, lane = open_clients(url, **options)
+        durability = queue_options.get("durability")
+        wait = durability.timeout_ms / 1000 if isinstance(durability, Durability) else 0.0
+        client, lane = open_clients(url, durable_wait=wait, **options)
         queue = cls(client, name=name, **queue_options)
         queue._use_scripts(Scripts(client, lane=lane))
         queue._owns_client = True

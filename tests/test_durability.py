@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import redis.asyncio
 
 from delayq import (
     Durability,
@@ -208,12 +209,27 @@ def test_settings_are_validated(options: dict[str, Any], error: type[Exception])
 async def test_queue_rejects_a_timeout_the_socket_timeout_would_cut(redis_url: str) -> None:
     with pytest.raises(InvalidDurationError, match="socket_timeout"):
         Queue.from_url(redis_url, socket_timeout=1, durability=Durability(timeout=1))
+    client = redis.asyncio.Redis.from_url(redis_url)  # redis-py's default: 5 s
     with pytest.raises(InvalidDurationError, match="socket_timeout"):
-        Queue.from_url(redis_url, durability=Durability(timeout=5))  # redis-py's default 5 s
+        Queue(client, durability=Durability(timeout=5))
+    await client.aclose()
     with pytest.raises(InvalidInputError, match="Durability"):
         Queue.from_url(redis_url, durability=1)
     queue = Queue.from_url(redis_url, socket_timeout=None, durability=Durability(timeout=30))
     await queue.close()
+
+
+async def test_from_url_gives_the_pool_room_for_the_durable_wait(redis_url: str) -> None:
+    """Durable sends wait on the pool: its socket timeout grows by the durability timeout,
+    so a wait longer than delayq's 2 s silence limit ends as NotDurableError, not as a
+    timeout (the server has no replica, so the WAIT runs its full 2.5 s)."""
+    queue = Queue.from_url(redis_url, durability=Durability(timeout=2.5))
+    try:
+        assert queue.redis.connection_pool.connection_kwargs["socket_timeout"] == 4.5
+        with pytest.raises(NotDurableError):
+            await queue.send("t", {}, task_id="waits")
+    finally:
+        await queue.close()
 
 
 @pytest.mark.parametrize(

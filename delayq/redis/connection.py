@@ -10,7 +10,7 @@ opened by the same class, then sends its calls itself):
   ``send_many`` batch of 1,000: 6,000), so packing was a fifth of a send's client CPU and
   half of a bulk send's.  ``hiredis.pack_command`` produces the same bytes ~3x faster;
   anything it does not take goes to redis-py's packer.
-* :class:`TimerOnlyWhenBlocked`.  With ``socket_timeout`` set (redis-py 8's default: 5 s),
+* :class:`TimerOnlyWhenBlocked`.  With ``socket_timeout`` set (delayq's default: 2 s),
   redis-py applies it to each write with ``asyncio.wait_for``, which on Python 3.11 runs
   the write as a Task of its own.  A write the kernel takes at once cannot block, so it
   needs no timer; only one that must wait for the buffer to drain gets the timeout.
@@ -125,21 +125,39 @@ def connection_pool(url: str, **options: Any) -> BlockingConnectionPool:
     return pool
 
 
-def open_clients(url: str, **options: Any) -> tuple[Redis, ScriptLane | None]:
+SILENCE_TIMEOUT = 2.0
+"""delayq's default ``socket_timeout`` and ``socket_connect_timeout``, in seconds: how long a
+Redis that accepts connections but does not answer (stopped, or cut off by a partition) may
+stay silent before a call fails.  Our scripts run in milliseconds; a Redis silent this long
+is stuck, and a caller told so in 2 s can act (a producer re-sends with the same id)."""
+
+
+def open_clients(
+    url: str, *, durable_wait: float = 0.0, **options: Any
+) -> tuple[Redis, ScriptLane | None]:
     """The pooled client and the script lane ``Queue.from_url`` uses (no lane for settings
     it cannot honour: RESP3, or an encoding other than strict utf-8).
 
-    ``options`` go to redis-py; unset ones get delayq's defaults: one retry on a fresh
-    connection without backoff (a stale connection after a Redis restart costs no error,
-    a Redis that is down fails fast), a 5 s connect timeout, TCP keepalive, and a blocking
-    pool of 100 connections whose callers wait up to 10 s for a free one.
+    ``options`` go to redis-py; unset ones get delayq's defaults: a call that lost its
+    connection is retried once on a fresh one without backoff (a stale connection after a
+    Redis restart costs no error, a Redis that is down fails fast), a call that timed out
+    is not (a second wait on a frozen Redis would double the time to notice it, and the
+    first call may still run); a :data:`SILENCE_TIMEOUT` socket and connect timeout, with
+    ``durable_wait`` (the longest ``WAIT`` of a durable send, which runs on the pool)
+    added to the pool's; TCP keepalive; and a blocking pool of 100 connections whose
+    callers wait up to 10 s for a free one.
     """
-    options.setdefault("retry", Retry(NoBackoff(), 1))
-    options.setdefault("socket_connect_timeout", 5.0)
+    options.setdefault("retry", Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)))
+    silence = None  # the lane's: the pool's socket_timeout when the caller set one
+    if "socket_timeout" not in options:
+        silence = SILENCE_TIMEOUT
+        options["socket_timeout"] = SILENCE_TIMEOUT + durable_wait
+    options.setdefault("socket_connect_timeout", SILENCE_TIMEOUT)
     options.setdefault("socket_keepalive", True)
     # A blocking pool: a burst of concurrent sends waits for a free connection instead
     # of failing with "Too many connections" past max_connections.
     options.setdefault("max_connections", 100)
     options.setdefault("timeout", 10.0)
     pool = connection_pool(url, **options)
-    return Redis.from_pool(pool), ScriptLane(pool) if lane_supported(pool) else None
+    lane = ScriptLane(pool, silence) if lane_supported(pool) else None
+    return Redis.from_pool(pool), lane

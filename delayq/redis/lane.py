@@ -25,9 +25,10 @@ What it does not do itself is left to redis-py, so the two cannot disagree:
 * **Errors.**  Error replies become redis-py's exception classes (``NoScriptError``,
   ``OutOfMemoryError``, ``NoPermissionError``, ...), which delayq translates in one place.
 
-``socket_timeout`` is kept: while a reply is awaited and nothing arrives for that long,
-the connection is aborted and its calls fail with redis-py's ``TimeoutError``.  One timer
-per connection is armed while calls are in flight, not one per call.
+``socket_timeout`` is kept (or the lane's own ``silence``): while a reply is awaited and
+nothing arrives for that long, the connection is aborted and its calls fail with
+redis-py's ``TimeoutError``.  One timer per connection is armed while calls are in
+flight, not one per call, so a short limit costs a call nothing.
 """
 
 from __future__ import annotations
@@ -150,10 +151,13 @@ class ScriptLane:
 
     Args:
         pool: the pool whose connection class and settings open the lane's connection.
+        silence: seconds without a reply, while one is awaited, after which the connection
+            is dropped; ``None``: the pool's ``socket_timeout``.
     """
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, silence: float | None = None) -> None:
         self._pool = pool
+        self._silence = silence
         self._protocol: _LaneProtocol | None = None
         self._opening: asyncio.Future[_LaneProtocol] | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -246,9 +250,8 @@ class ScriptLane:
             errors=encoder.encoding_errors,
         )
         transport = cast("asyncio.Transport", writer.transport)
-        protocol = _LaneProtocol(
-            asyncio.get_running_loop(), transport, reader, connection.socket_timeout
-        )
+        silence = self._silence or connection.socket_timeout
+        protocol = _LaneProtocol(asyncio.get_running_loop(), transport, reader, silence)
         transport.set_protocol(protocol)
         # The writer is kept: on newer Pythons a StreamWriter collected while its
         # transport is open closes the transport.

@@ -12,6 +12,14 @@ the new, earlier task at once.  Two listeners share one subscription loop:
 
 If the subscription drops, every waiter is woken so that it re-reads its schedule: a lost
 message can delay nothing.
+
+A subscription is silent by nature, so a Redis that stops answering (a stopped process, a
+partition) would leave it waiting for ever while wake-ups are lost.  After
+:data:`HEARTBEAT` seconds without a message it subscribes again to what it holds, which
+Redis confirms and which changes nothing else (``PING`` would do as well, but needs a
+permission the documented ACL does not grant); a heartbeat that gets no reply within the
+connection's socket timeout (delayq's default 2 s) drops the subscription, and it is
+opened again.  One timer per read of a silent subscription, nothing per task.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from redis import exceptions as rexc
 
 from delayq.cancel import raise_if_cancelling
+from delayq.redis.connection import SILENCE_TIMEOUT
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -31,6 +40,9 @@ if TYPE_CHECKING:
     from redis.asyncio.client import PubSub
 
 log = logging.getLogger("delayq.worker")
+
+HEARTBEAT = 1.0
+"""Seconds without a message after which a subscription sends its heartbeat."""
 
 
 class Wakeup:
@@ -154,7 +166,8 @@ async def listen(
 ) -> None:
     """Run a subscription until cancelled: ``subscribe`` on a fresh connection, call
     ``subscribed()``, ``deliver`` each message's channel, and call ``lost()`` when the
-    connection fails (then resubscribe, backing off up to 1 s).
+    connection fails or a heartbeat goes unanswered (then resubscribe, backing off up to
+    1 s).
 
     ``confirmed``: call ``subscribed()`` only once Redis confirmed the subscription (so
     that a publish after it certainly reaches us), rather than once the command is sent.
@@ -162,18 +175,13 @@ async def listen(
     retry_in = 0.05
     while True:
         raise_if_cancelling()
-        pubsub = redis.pubsub(ignore_subscribe_messages=not confirmed)
+        pubsub = redis.pubsub()  # confirmations are also the heartbeat's replies
         try:
             await subscribe(pubsub)
             if not confirmed:
                 subscribed()
             retry_in = 0.05
-            async for message in pubsub.listen():
-                kind = message["type"]
-                if kind in ("message", "pmessage"):
-                    deliver(_text(message["channel"]))
-                elif kind in ("subscribe", "psubscribe"):
-                    subscribed()
+            await _receive(pubsub, subscribe, deliver, subscribed if confirmed else None)
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             lost()
             log.warning("wake-up subscription lost (%s); retrying in %.2fs", exc, retry_in)
@@ -181,6 +189,37 @@ async def listen(
             retry_in = min(retry_in * 2, 1.0)
         finally:
             await asyncio.shield(_close_quietly(pubsub))
+
+
+async def _receive(
+    pubsub: PubSub,
+    heartbeat: Callable[[PubSub], Awaitable[None]],
+    deliver: Callable[[str], None],
+    confirmed: Callable[[], None] | None,
+) -> None:
+    """``deliver`` each message's channel and call ``confirmed()`` on the first confirmation,
+    until the connection fails or a ``heartbeat`` stays unanswered (redis-py's
+    ``TimeoutError``)."""
+    connection = pubsub.connection
+    limit = (connection.socket_timeout if connection else None) or SILENCE_TIMEOUT
+    loop = asyncio.get_running_loop()
+    sent_at: float | None = None
+    while True:
+        message = await pubsub.get_message(timeout=HEARTBEAT)
+        if message is None:
+            if sent_at is None:
+                await heartbeat(pubsub)
+                sent_at = loop.time()
+            elif loop.time() - sent_at >= limit:
+                raise rexc.TimeoutError(f"no reply to a heartbeat for {limit:g}s")
+            continue
+        sent_at = None  # anything heard, a confirmation included, shows the link alive
+        kind = message["type"]
+        if kind in ("message", "pmessage"):
+            deliver(_text(message["channel"]))
+        elif kind in ("subscribe", "psubscribe") and confirmed is not None:
+            confirmed()
+            confirmed = None  # later confirmations answer heartbeats
 
 
 def _text(value: Any) -> str:
