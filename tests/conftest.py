@@ -69,6 +69,7 @@ def make_redis_server() -> Iterator[Callable[..., RedisServer]]:
         servers.append(server)  # before start(), so a failed start is cleaned up too
         return server.start()
 
+    make.servers = servers  # type: ignore[attr-defined]  # for checks at teardown
     yield make
     for server in servers:
         server.close()

@@ -128,3 +128,28 @@ async def stored_task_keys(redis: redis.asyncio.Redis, keys: TopicKeys) -> list[
         async for key in redis.scan_iter(match=pattern, count=1000):
             found.append(key.decode() if isinstance(key, bytes) else key)
     return sorted(found)
+
+
+RECOUNT = """
+local kept = redis.call('HGET', KEYS[1] .. 'meta', 'scheduled')
+local counted = 0
+for _, n in ipairs(redis.call('ZRANGE', KEYS[1] .. 'wheel', 0, -1)) do
+  counted = counted + redis.call('ZCARD', KEYS[1] .. 'slot:' .. n)
+end
+return { kept or false, counted }
+"""
+"""(kept count, entries counted slot by slot) in one atomic step, so that it holds while
+workers run; written here rather than shared with the scripts, as an independent check."""
+
+
+async def recount(redis: redis.asyncio.Redis, keys: TopicKeys) -> tuple[int | None, int]:
+    """(the scheduled count the scripts keep in the meta hash, the schedule counted entry by
+    entry), to compare: the first must equal the second after any sequence of scripts."""
+    kept, counted = await redis.eval(RECOUNT, 1, keys.prefix)  # type: ignore[misc]
+    return (int(kept) if kept else None), int(counted)
+
+
+async def assert_counts_exact(redis: redis.asyncio.Redis, keys: TopicKeys) -> None:
+    """Fail unless the kept count equals a full recount (a topic never scheduled has none)."""
+    kept, counted = await recount(redis, keys)
+    assert (kept or 0) == counted, f"{keys.topic}: count kept {kept}, recounted {counted}"

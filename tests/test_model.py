@@ -48,6 +48,7 @@ from delayq.task import Envelope
 from tests.helpers import (
     DEFAULT_MAX_ATTEMPTS,
     LONG_TTR_MS,
+    assert_counts_exact,
     expire_lease,
     queue_keys,
     schedule_entries,
@@ -381,6 +382,8 @@ class QueueMachine(RuleBasedStateMachine):
         for key, (structures, info) in rows.items():
             self.check_task(self.tasks.get(key), structures, info, now)
         assert stats == self.expected_stats(now)
+        for topic in TOPICS:
+            self.run(assert_counts_exact(self.client, self.queue.keys(topic)))
 
     async def read_everything(
         self,

@@ -675,7 +675,7 @@ async def _snapshot(redis_client: redis.asyncio.Redis, queue: Queue) -> dict[byt
 
 
 @pytest.mark.parametrize(
-    "garbled", ["wheel", "slot", "slots", "bucket", "buckets", "dead", "errors"]
+    "garbled", ["wheel", "slot", "slots", "bucket", "buckets", "dead", "errors", "meta"]
 )
 async def test_a_send_meeting_a_key_of_the_wrong_type_changes_nothing(
     queue: Queue, redis_client: redis.asyncio.Redis, garbled: str
@@ -694,6 +694,7 @@ async def test_a_send_meeting_a_key_of_the_wrong_type_changes_nothing(
         "buckets": keys.buckets,
         "dead": keys.dead,
         "errors": keys.errors,
+        "meta": keys.meta,
     }[garbled]
     if garbled == "slots":
         await redis_client.delete(keys.wheel)  # so that the send must number a new slot

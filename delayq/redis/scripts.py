@@ -48,12 +48,15 @@ class Reservation:
         items: the leased tasks, (id, envelope with the new attempt count and token).
         skipped: (id, reason) of entries it could not lease: ``"missing"`` (the envelope
             is absent, the entry was dropped) or ``"corrupt"`` (unreadable, dead-lettered).
+        reclaimed: (id, dead) of the expired leases it reclaimed: due again, or (``dead``)
+            dead-lettered because the task had no attempts left.
     """
 
     now_us: int
     next_ms: int
     items: list[tuple[str, bytes]]
     skipped: list[tuple[str, str]]
+    reclaimed: list[tuple[str, bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,12 +246,20 @@ class Scripts:
             reserve_keys(keys),
             (limit, reclaim, ttr_ms, max_attempts),
         )
-        skipped = reply[2]
+        notes = reply[2]
+        skipped, reclaimed = [], []
+        for i in range(0, len(notes), 2):
+            task_id, reason = _text(notes[i]), _text(notes[i + 1])
+            if reason.startswith("expired"):
+                reclaimed.append((task_id, reason == "expired-dead"))
+            else:
+                skipped.append((task_id, reason))
         return Reservation(
             now_us=_int(reply[0]),
             next_ms=_int(reply[1]),
             items=[(_text(reply[i]), reply[i + 1]) for i in range(3, len(reply), 2)],
-            skipped=[(_text(skipped[i]), _text(skipped[i + 1])) for i in range(0, len(skipped), 2)],
+            skipped=skipped,
+            reclaimed=reclaimed,
         )
 
     async def ack(self, keys: TopicKeys, leases: Sequence[tuple[str, str]]) -> list[bool]:

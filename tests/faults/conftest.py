@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from delayq import Queue
+from delayq.redis.keys import TopicKeys, topics_key
 from tests.faults.harness import WorkerProc
 from tests.faults.proxy import FaultProxy
+from tests.helpers import RECOUNT
 from tests.redis_server import RedisServer
 
 SpawnWorker = Callable[..., WorkerProc]
@@ -76,3 +79,30 @@ async def make_queue(queue_name: str) -> AsyncIterator[Callable[..., Queue]]:
     yield make
     for queue in queues:
         await queue.close()
+
+
+@pytest.fixture(autouse=True)
+def counts_stay_exact(make_redis_server: Any, queue_name: str) -> Iterator[None]:
+    """After every scenario: on each server it made that still answers, the scheduled count
+    the scripts keep for each topic of the test's queue equals a full recount (one atomic
+    script, so workers may still be running)."""
+    yield
+    for server in make_redis_server.servers:
+        if server.running:
+            check_counts(server, queue_name)
+
+
+def check_counts(server: RedisServer, queue_name: str) -> None:
+    """Assert the kept count of every topic of ``queue_name`` on ``server`` is exact."""
+    with server.client(socket_timeout=2) as client:
+        try:
+            topics = {m.decode() for m in client.smembers(topics_key(queue_name))}
+            pattern = f"delayq:{{{queue_name}:*}}:meta"
+            for key in client.scan_iter(match=pattern, count=1000):
+                topics.add(key.decode()[len(f"delayq:{{{queue_name}:") : -len("}:meta")])
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+            return  # left paused, down, or locked by the scenario: nothing to compare
+        for topic in sorted(topics):
+            keys = TopicKeys.build(queue_name, topic)
+            kept, counted = client.eval(RECOUNT, 1, keys.prefix)
+            assert int(kept or 0) == counted, f"{topic}: count kept {kept}, recounted {counted}"

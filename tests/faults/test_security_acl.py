@@ -34,7 +34,7 @@ ACL_COMMANDS = [
     # inside the scripts
     "time", "type", "zrange", "zadd", "zrem", "zremrangebyrank", "zscore", "zmscore",
     "zcard", "zcount", "hget", "hmget", "hset", "hdel", "hexists", "incrby", "publish",
-    "get", "hlen", "exists",
+    "get", "hlen", "exists", "hincrby",
     # inside the scripts, only when a task bucket splits (a topic of ~100,000 tasks)
     "hgetall", "set", "object|encoding",
 ]  # fmt: skip

@@ -99,7 +99,8 @@ async def _round_trip(server: RedisServer, task_id: str) -> None:
         info = await queue.get("t", task_id)
         assert info is not None and info.id == task_id and info.body == {"id": task_id}
         keys = queue.keys("t")
-        allowed = {keys.wheel, keys.bucket(task_id), keys.prefix + "slots", topics_key("fuzzids")}
+        allowed = {keys.wheel, keys.bucket(task_id), keys.prefix + "slots", keys.meta,
+                   topics_key("fuzzids")}  # fmt: skip
         present = {k.decode() async for k in queue.redis.scan_iter("*")}
         slots = {k for k in present if k.startswith(keys.prefix + "slot:")}
         assert present - slots <= allowed, present - slots - allowed

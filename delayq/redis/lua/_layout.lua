@@ -505,3 +505,54 @@ local function schedule_cut(prefix, wheel, cuts)
     end
   end
 end
+
+-- The count of scheduled tasks (delayed and ready), kept in the field 'scheduled' of
+-- <prefix>meta (HASH) by every script that adds to or removes from the schedule, with one
+-- HINCRBY per call, so that stats.lua need not walk the slots.  Topics scheduled before
+-- delayq kept it have no field: HINCRBY then starts from 0, which is caught below.
+local function meta_key(prefix)
+  return prefix .. 'meta'
+end
+
+-- Every entry of every slot, counted one slot at a time (O(slots)).
+local function count_schedule(prefix, wheel)
+  local total = 0
+  for _, n in ipairs(redis.call('ZRANGE', wheel, 0, -1)) do
+    total = total + redis.call('ZCARD', slot_key(prefix, n))
+  end
+  return total
+end
+
+-- Add `delta` to the count (a write: callers check the meta key's type before their first
+-- write, or make this their first write).  Returns whether the count must be recounted
+-- after the caller's schedule writes (recount_if): a count below 0, or one that equals a
+-- positive delta (it was 0 or absent), can be a topic scheduled before the count existed.
+-- A topic that really was empty recounts only the slots this call filled.
+local function count_scheduled(prefix, delta)
+  if delta == 0 then
+    return false
+  end
+  local count = redis.call('HINCRBY', meta_key(prefix), 'scheduled', delta)
+  return count < 0 or (delta > 0 and count == delta)
+end
+
+local function recount_if(needed, prefix, wheel)
+  if needed then
+    redis.call('HSET', meta_key(prefix), 'scheduled', count_schedule(prefix, wheel))
+  end
+end
+
+-- Both at once, for a script that already changed the schedule.
+local function schedule_changed(prefix, wheel, delta)
+  recount_if(count_scheduled(prefix, delta), prefix, wheel)
+end
+
+-- The schedule is empty: so must the count be.  Scripts keep the count exact, but slots or
+-- the wheel deleted by hand take tasks away without a script; reserve.lua calls this when
+-- it finds nothing scheduled, so such a count is right again once the topic drains.
+local function schedule_emptied(prefix)
+  local meta = meta_key(prefix)
+  if redis.call('HGET', meta, 'scheduled') ~= '0' then
+    redis.call('HSET', meta, 'scheduled', 0)
+  end
+end

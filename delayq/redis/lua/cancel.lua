@@ -9,15 +9,17 @@
 --@include _layout
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
-local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash' })
-  or load_buckets(prefix)
+local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
+  [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)
 if bad then
   return bad
 end
 local raw = read_header(prefix, id)
 local e = raw and parse_header(raw)
 -- The header says when the task is due, and so which slot may hold it.
-if not (e and schedule_remove(prefix, wheel, id, e.due)) and redis.call('ZREM', dead, id) == 0 then
+if e and schedule_remove(prefix, wheel, id, e.due) then
+  schedule_changed(prefix, wheel, -1)
+elseif redis.call('ZREM', dead, id) == 0 then
   return 0
 end
 delete_task(prefix, id)

@@ -18,7 +18,8 @@ local id, token, mode = ARGV[1], ARGV[2], ARGV[3]
 local delay, err, default_max, channel = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 
 local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
-  [errors] = 'hash', [slot_counter(prefix)] = 'string' }) or load_buckets(prefix)
+  [errors] = 'hash', [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash' })
+  or load_buckets(prefix)
 if bad then
   return bad
 end
@@ -44,6 +45,7 @@ if mode == 'release' then
   due = now
 end
 wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
+schedule_changed(prefix, wheel, 1)
 redis.call('ZREM', reserved, id)
 if err ~= '' then
   redis.call('HSET', errors, id, err)

@@ -9,7 +9,7 @@
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, channel = ARGV[1], ARGV[2]
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
-  [slot_counter(prefix)] = 'string' }) or load_buckets(prefix)
+  [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)
 if bad then
   return bad
 end
@@ -27,6 +27,7 @@ if not e or not body then
 end
 local now = now_ms()
 wake_if_earliest(schedule_add(prefix, wheel, { now, id }), channel, now)
+schedule_changed(prefix, wheel, 1)
 redis.call('ZREM', dead, id)
 e.attempts = 0
 e.due = now

@@ -12,7 +12,9 @@
 --   skipped: {id, reason, id, reason, ...} for entries this call could not lease, so the
 --   caller can log them: 'missing' (a due or expired entry whose task is absent from its
 --   bucket; the entry is removed, nothing else is written) or 'corrupt' (the header or body
---   is unreadable; the task is dead-lettered as CorruptTask); each envelope
+--   is unreadable; the task is dead-lettered as CorruptTask), and for the expired leases it
+--   reclaimed, so the caller can count them: 'expired' (due again) or 'expired-dead' (out
+--   of attempts, dead-lettered); each envelope
 --   ("attempts,token,max,ttr,enqueued,due,body") carries the new attempt count and the
 --   lease's fencing token.
 --   A paused topic leases nothing (expired leases are still reclaimed), and next_ms is then
@@ -24,7 +26,8 @@
 local prefix, wheel, reserved, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local controls = KEYS[7]
 local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
-  [errors] = 'hash', [seq] = 'string', [slot_counter(prefix)] = 'string' }) or load_buckets(prefix)
+  [errors] = 'hash', [seq] = 'string', [slot_counter(prefix)] = 'string',
+  [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)
 if bad then
   return bad
 end
@@ -85,12 +88,14 @@ for i, id in ipairs(expired) do
       local reason = 'LeaseExpired: no ack within the lease (attempt ' .. e.attempts .. ' of ' .. limit .. ')'
       if e.attempts >= limit then
         bury(id, reason)
+        skip(id, 'expired-dead')
       else
         e.due = now
         redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
         redis.call('HSET', errors, id, reason)
         requeued[#requeued + 1] = now
         requeued[#requeued + 1] = id
+        skip(id, 'expired')
       end
     end
   else
@@ -139,9 +144,15 @@ if #due > 0 then
   end
 end
 
+-- Every due entry left the schedule (leased, dropped or buried); reclaimed leases joined it.
+schedule_changed(prefix, wheel, #requeued / 2 - #due)
+
 -- 3. Tell the caller when to look again: the next due task or the next lease to expire
 -- (only the latter while paused: a resume wakes the workers).
 local next_due = not paused and schedule_head(prefix, wheel) or nil
+if not paused and not next_due then
+  schedule_emptied(prefix)
+end
 local next_lease = first_lease_deadline(reserved)
 if next_due and next_lease then
   out[2] = math.min(next_due, next_lease)

@@ -10,6 +10,7 @@
 -- ARGV[6] body JSON   ARGV[7] tolerance ms for an absolute time in the past   ARGV[8] wake channel
 -- Returns: {1, due_ms} stored | {0, due_ms or 0 when reserved} id already delayed/ready/reserved
 --   | {-1, now_ms} time too far in the past
+-- Also counts the task in <prefix>meta (see _layout.lua).
 --@include _envelope
 --@include _layout
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -49,7 +50,11 @@ local split = not header and bucket_full(prefix, id, body)
 if split then
   check_splits(prefix, 1)
 end
+-- Read before the first write, so that a meta key of the wrong type fails the call
+-- before anything changed; the count goes up after the schedule's writes.
+redis.call('HGET', meta_key(prefix), 'scheduled')
 wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
+schedule_changed(prefix, wheel, 1)
 if split then
   split_bucket(prefix)
 end

@@ -16,7 +16,7 @@ local tolerance, channel, mode = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local max_attempts, ttr = ARGV[4], ARGV[5]
 local FIRST, FIELDS = 6, 3
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
-  [slot_counter(prefix)] = 'string' }) or load_buckets(prefix)
+  [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)
 if bad then
   return bad
 end
@@ -106,4 +106,5 @@ if #revived > 0 then
   redis.call('ZREM', dead, unpack(revived))
 end
 wake_if_earliest(schedule_add(prefix, wheel, scheduled), channel, earliest)
+schedule_changed(prefix, wheel, #store_ids)
 return out

@@ -1,29 +1,46 @@
 #!lua flags=no-writes
 -- stats.lua: count a topic's tasks by state.
--- KEYS[1] prefix of the schedule slots (see _layout.lua)   KEYS[2] wheel (ZSET)
--- KEYS[3] reserved (ZSET)   KEYS[4] dead (ZSET)   KEYS[5] controls (HASH, see _controls.lua)
+-- KEYS[1] prefix of the schedule slots and the meta hash (see _layout.lua)
+-- KEYS[2] wheel (ZSET)   KEYS[3] reserved (ZSET)   KEYS[4] dead (ZSET)
+-- KEYS[5] controls (HASH, see _controls.lua)
 -- Returns: {delayed, ready, reserved, dead, {paused, rate_limit, max_running}}, the controls
 --   as stored (false where not set)
--- O(slots): one ZCARD per slot of up to 128 tasks (a million tasks: ~8,000 calls, ~10 ms),
--- one more per slot whose bound has passed.
+-- The scheduled total (delayed + ready) is the count the scripts keep in <prefix>meta;
+-- reserved and dead are sizes of sorted sets.  Which scheduled tasks are ready depends on
+-- the clock (a task turns ready with no script running), so that split is counted here,
+-- exactly, on the shorter side of now: the slots whose bound has passed (ZCOUNT each) or
+-- the slots after them (ZCARD each).  One side is a few slots on a topic whose tasks are
+-- mostly delayed or mostly ready; only a topic holding many of both walks more (one call
+-- per 128 tasks of the smaller side).  A topic scheduled before delayq kept the count has
+-- none yet (the next script that changes its schedule recounts it): it is counted here.
 --@include _envelope
 --@include _layout
 local prefix, wheel, reserved, dead, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms()
-local delayed, ready = 0, 0
-local slots = redis.call('ZRANGE', wheel, 0, -1, 'WITHSCORES')
-for i = 1, #slots, 2 do
-  local key = slot_key(prefix, slots[i])
-  local count = redis.call('ZCARD', key)
-  -- Only a slot whose bound has passed can hold due tasks; of those only the one that
-  -- straddles now is partly due, and it holds at most 128.
-  local due = 0
-  if tonumber(slots[i + 1]) <= now then
-    local last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-    due = (last and last <= now) and count or #redis.call('ZRANGE', key, '-inf', now, 'BYSCORE')
+local scheduled = tonumber(redis.call('HGET', meta_key(prefix), 'scheduled'))
+    or count_schedule(prefix, wheel)
+local passed = redis.call('ZCOUNT', wheel, '-inf', now)  -- slots whose bound has passed
+local ready = 0
+if passed <= redis.call('ZCARD', wheel) - passed then
+  for _, n in ipairs(redis.call('ZRANGE', wheel, '-inf', now, 'BYSCORE')) do
+    ready = ready + redis.call('ZCOUNT', slot_key(prefix, n), '-inf', now)
   end
-  ready = ready + due
-  delayed = delayed + count - due
+else
+  -- Slots with a bound after now hold only delayed tasks; walking back from there, a slot
+  -- whose bound has passed holds delayed ones only as long as the slot after it held
+  -- nothing else (slots are in due order), so the walk stops at the first without any.
+  local delayed = 0
+  for _, n in ipairs(redis.call('ZRANGE', wheel, '+inf', '(' .. now, 'BYSCORE', 'REV')) do
+    delayed = delayed + redis.call('ZCARD', slot_key(prefix, n))
+  end
+  for _, n in ipairs(redis.call('ZRANGE', wheel, now, '-inf', 'BYSCORE', 'REV')) do
+    local later = redis.call('ZCOUNT', slot_key(prefix, n), '(' .. now, '+inf')
+    if later == 0 then
+      break
+    end
+    delayed = delayed + later
+  end
+  ready = scheduled - delayed
 end
-return { delayed, ready, lease_count(reserved), redis.call('ZCARD', dead),
+return { scheduled - ready, ready, lease_count(reserved), redis.call('ZCARD', dead),
   redis.call('HMGET', controls, 'paused', 'rate_limit', 'max_running') }
