@@ -34,7 +34,7 @@ import redis
 from benchmarks.ceiling import COMPACT_SEND_SCRIPT, TASK_BODY
 from benchmarks.common import emit
 from delayq.redis.keys import TopicKeys
-from delayq.redis.scripts import lua_source, waiting_keys
+from delayq.redis.scripts import lua_source, send_keys
 from tests.redis_server import RedisServer
 
 HOUR_MS = 3_600_000
@@ -44,7 +44,7 @@ PARTS: dict[str, tuple[str, str]] = {
         "local bad = load_buckets(prefix)",
         "bucket_count, level = BUCKETS_MIN, BUCKETS_MIN\nlocal bad = nil",
     ),
-    "server clock (TIME)": ("local now = now_ms()", "local now = tonumber(ARGV[9])"),
+    "server clock (TIME)": ("local now = now_ms()", "local now = tonumber(ARGV[10])"),
     "idempotency read (HGET)": ("local header = read_header(prefix, id)", "local header = nil"),
     "split check (HLEN)": (
         "local split = not header and bucket_full(prefix, id, body)",
@@ -91,10 +91,10 @@ def caller(name: str, client: redis.Redis, sha: str, topic: str) -> Callable[[st
             sha, 2, prefix, prefix + "wheel", task_id, _now_ms() + HOUR_MS, TASK_BODY
         )
     keys = TopicKeys.build("parts", topic)
-    waiting = waiting_keys(keys)
+    waiting = send_keys(keys)
     return lambda task_id: client.evalsha(
         sha, len(waiting), *waiting, task_id, "d", HOUR_MS, 0, 0, TASK_BODY, 5000, keys.wake,
-        _now_ms(),
+        "keep", _now_ms(),
     )  # fmt: skip
 
 

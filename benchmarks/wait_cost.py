@@ -41,7 +41,7 @@ from benchmarks.ceiling import TASK_BODY
 from benchmarks.common import emit
 from delayq.redis.connection import open_clients
 from delayq.redis.keys import TopicKeys
-from delayq.redis.scripts import lua_source, waiting_keys
+from delayq.redis.scripts import lua_source, send_keys
 from tests.redis_server import RedisServer
 
 HOUR_MS = 3_600_000
@@ -69,10 +69,10 @@ async def measure(rounds: int, calls: int) -> dict[str, Any]:
 
         def send_call(topic: str) -> Callable[[], Awaitable[Any]]:
             keys = TopicKeys.build("wait", topic)
-            waiting = waiting_keys(keys)
+            waiting = send_keys(keys)
             return lambda: lane.evalsha(
                 send, send_source, waiting,
-                (f"{next(numbers):012d}", "d", HOUR_MS, 0, 0, TASK_BODY, 5000, keys.wake),
+                (f"{next(numbers):012d}", "d", HOUR_MS, 0, 0, TASK_BODY, 5000, keys.wake, "keep"),
             )  # fmt: skip
 
         async def timed(call: Callable[[], Awaitable[Any]]) -> tuple[float, float]:

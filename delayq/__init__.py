@@ -29,8 +29,8 @@ from delayq.errors import (
 from delayq.queue import Queue
 from delayq.redis.durability import Durability
 from delayq.schedule import Timeline, TimelineWindow, UpcomingPage, UpcomingTask
-from delayq.task import Task, TaskInfo, TaskState, TopicStats
-from delayq.topic import Topic
+from delayq.task import SendOutcome, SendResult, Task, TaskInfo, TaskState, TopicStats
+from delayq.topic import OnConflict, Topic
 from delayq.worker import Worker
 
 __version__ = "0.1.0"
@@ -51,12 +51,15 @@ __all__ = [
     "LeasedTask",
     "NackResult",
     "NotDurableError",
+    "OnConflict",
     "Queue",
     "RedisAuthError",
     "RedisCommandError",
     "RedisOutOfMemoryError",
     "RedisUnavailableError",
     "Retry",
+    "SendOutcome",
+    "SendResult",
     "Task",
     "TaskInfo",
     "TaskState",

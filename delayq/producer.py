@@ -17,9 +17,10 @@ from delayq.duration import to_millis
 from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, NotDurableError
 from delayq.ids import new_task_id, new_task_ids
 from delayq.redis.keys import check_task_id, topics_key
+from delayq.redis.scripts import SEND_STATUS
 from delayq.redis.translate import redis_errors
-from delayq.task import from_millis
-from delayq.topic import task_overrides
+from delayq.task import SendResult, from_millis
+from delayq.topic import check_on_conflict, task_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from delayq.redis.durability import DurableSender
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
+    from delayq.topic import OnConflict
 
 log = logging.getLogger("delayq")
 
@@ -82,17 +84,19 @@ class Producer:
         task_id: str | None,
         ttr: Duration | None,
         max_attempts: int | None,
-    ) -> str:
+        on_conflict: OnConflict = "keep",
+    ) -> SendResult:
         """Send one task due ``value_ms`` from now, or at Unix ms ``value_ms`` (``absolute``)."""
         keys = self._keys(topic)
         task_id = new_task_id() if task_id is None else check_task_id(task_id)
         ttr_ms, attempts = task_overrides(ttr, max_attempts)
+        replace = check_on_conflict(on_conflict)
         data = encode_body(topic, body, self._adapter(topic), self._max_body_bytes)
         try:
             status, when = await self.scripts.send(
                 keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
                 ttr_ms=ttr_ms, body=data, tolerance_ms=self._past_tolerance_ms,
-                durable=self._durable,
+                replace=replace, durable=self._durable,
             )  # fmt: skip
         except NotDurableError:
             await self.announce_quietly(topic)  # the task is stored
@@ -100,7 +104,7 @@ class Producer:
         if status < 0:
             raise self.too_far_past(value_ms, when)
         await self.announce_quietly(topic)
-        return task_id
+        return SendResult(task_id, SEND_STATUS[status])
 
     async def send_many(
         self,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Self
 from delayq.backoff import Backoff
 from delayq.codec import DEFAULT_MAX_BODY_BYTES
 from delayq.consumer import Consumer
+from delayq.controls import TopicControls
 from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
 from delayq.producer import Producer
@@ -17,7 +18,7 @@ from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_
 from delayq.redis.scripts import Scripts
 from delayq.redis.translate import redis_errors
 from delayq.schedule import Timeline, UpcomingPage, timeline, upcoming
-from delayq.task import TaskInfo, TopicStats, from_millis, stored_task_info
+from delayq.task import SendResult, TaskInfo, TopicStats, from_millis, stored_task_info
 from delayq.topic import Topic, TopicDecorator, TopicOptions, check_max_attempts
 
 if TYPE_CHECKING:
@@ -28,10 +29,12 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter
     from redis.asyncio import Redis
 
+    from delayq.topic import OnConflict
+
 log = logging.getLogger("delayq")
 
 
-class Queue:
+class Queue(TopicControls):
     """A named delay queue on one Redis.
 
     Args:
@@ -192,7 +195,7 @@ class Queue:
 
     # -- producing --------------------------------------------------------------------------
 
-    async def send(self, topic: str, body: Any, **options: Any) -> str:
+    async def send(self, topic: str, body: Any, **options: Any) -> SendResult:
         """Send a task due now. Same options as :meth:`send_delayed`."""
         return await self.send_delayed(topic, body, delay=0, **options)
 
@@ -205,7 +208,8 @@ class Queue:
         task_id: str | None = None,
         ttr: Duration | None = None,
         max_attempts: int | None = None,
-    ) -> str:
+        on_conflict: OnConflict = "keep",
+    ) -> SendResult:
         """Send a task that becomes due ``delay`` after Redis receives it (Redis's clock).
 
         Args:
@@ -214,12 +218,17 @@ class Queue:
                 against the topic's model when this process has the handler registered.
             delay: seconds (int/float) or a timedelta, >= 0.
             task_id: your business key; sending an id that is still delayed, ready or reserved
-                adds nothing and returns the same id.  Generated when omitted.
+                adds nothing and returns the same id (but see ``on_conflict``).  Generated
+                when omitted.
             ttr: this task's lease length, overriding the topic's.
             max_attempts: this task's attempt limit, overriding the topic's.
+            on_conflict: ``"keep"`` (default) leaves a live task with this id as it is;
+                ``"replace"`` gives a delayed or ready one this body, due time and options
+                in one atomic step (debounce), but leaves a reserved (running) one alone.
 
         Returns:
-            The task id.
+            The task id, a ``str`` whose ``outcome`` says what happened: ``"created"``,
+            ``"kept"``, ``"replaced"``, or ``"reserved"`` (not replaced: it is running).
 
         Raises:
             InvalidInputError: a bad topic, id, delay, option or body (nothing is written).
@@ -228,7 +237,9 @@ class Queue:
                 retry with the same task_id.
         """
         value_ms = to_millis(delay, name="delay")
-        return await self._producer.send(topic, body, False, value_ms, task_id, ttr, max_attempts)
+        return await self._producer.send(
+            topic, body, False, value_ms, task_id, ttr, max_attempts, on_conflict
+        )
 
     async def send_many(
         self,
@@ -279,7 +290,8 @@ class Queue:
         task_id: str | None = None,
         ttr: Duration | None = None,
         max_attempts: int | None = None,
-    ) -> str:
+        on_conflict: OnConflict = "keep",
+    ) -> SendResult:
         """Send a task due at the aware datetime ``at``.
 
         A time up to ``past_tolerance`` (default 5 s) in the past, judged on Redis's clock,
@@ -287,7 +299,9 @@ class Queue:
         arguments as in :meth:`send_delayed`.
         """
         value_ms = to_epoch_millis(at)
-        return await self._producer.send(topic, body, True, value_ms, task_id, ttr, max_attempts)
+        return await self._producer.send(
+            topic, body, True, value_ms, task_id, ttr, max_attempts, on_conflict
+        )
 
     def _adapter(self, topic: str) -> TypeAdapter[Any] | None:
         """The body validator of ``topic`` when this process has its handler registered."""
@@ -362,21 +376,6 @@ class Queue:
                     paused=c.paused, rate_limit=c.rate_limit, max_running=c.max_running,
                 )  # fmt: skip
         return result
-
-    async def pause(self, topic: str) -> None:
-        """Stop every worker of the queue from leasing ``topic``'s tasks, until :meth:`resume`.
-
-        Takes effect at each worker's next lease (tasks already leased run to the end) and
-        holds across worker restarts: the pause is stored in Redis.  Sends are still
-        accepted; ``stats()`` and ``get()`` show the pause.
-        """
-        await self.scripts.control(self.keys(topic), {"paused": "1"})
-        await self.announce([topic])
-
-    async def resume(self, topic: str) -> None:
-        """Let ``topic``'s tasks be leased again after :meth:`pause`; its workers are woken
-        at once (a topic that is not paused is left as it is)."""
-        await self.scripts.control(self.keys(topic), {"paused": ""})
 
     async def dead_letters(self, topic: str, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
         """List a topic's dead letters, oldest first, with their last error."""

@@ -13,6 +13,30 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
 TaskState = Literal["delayed", "ready", "reserved", "dead"]
+SendOutcome = Literal["created", "kept", "replaced", "reserved"]
+
+
+class SendResult(str):
+    """What ``send``, ``send_delayed`` and ``send_at`` return: the task id (a ``str``, so it
+    is used as one), with what the send did in :attr:`outcome`.
+
+    ``outcome`` is one of:
+
+    - ``"created"``: a new task was stored (also over a dead letter with this id);
+    - ``"kept"``: ``on_conflict="keep"`` and the id was already delayed, ready or
+      reserved: nothing was written;
+    - ``"replaced"``: ``on_conflict="replace"`` and the id was delayed or ready: that task
+      now has the new body, due time and options, as if newly sent;
+    - ``"reserved"``: ``on_conflict="replace"`` but the task is reserved (running): it was
+      not touched.
+    """
+
+    outcome: SendOutcome
+
+    def __new__(cls, task_id: str, outcome: SendOutcome = "created") -> SendResult:
+        result = super().__new__(cls, task_id)
+        result.outcome = outcome
+        return result
 
 
 def from_millis(millis: int) -> datetime:

@@ -5,7 +5,16 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, get_type_hints, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Literal,
+    Protocol,
+    TypeVar,
+    get_type_hints,
+    overload,
+)
 
 from pydantic import TypeAdapter
 
@@ -16,7 +25,7 @@ from delayq.errors import InvalidInputError
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from delayq.task import Task
+    from delayq.task import SendResult, Task
 
 BodyT = TypeVar("BodyT")
 Handler = Callable[..., Awaitable[None]]
@@ -45,6 +54,21 @@ def check_max_attempts(value: object) -> int:
             f"max_attempts must be an int in [1, {MAX_ATTEMPTS_LIMIT}], got {value!r}"
         )
     return value
+
+
+OnConflict = Literal["keep", "replace"]
+"""What a send does with an id that is already live: keep the task, or replace it."""
+
+
+def check_on_conflict(value: object) -> bool:
+    """Whether ``value``, a send's ``on_conflict``, asks to replace (else it keeps).
+
+    Raises:
+        InvalidInputError: neither ``"keep"`` nor ``"replace"``.
+    """
+    if value not in ("keep", "replace"):
+        raise InvalidInputError(f"on_conflict must be 'keep' or 'replace', got {value!r}")
+    return value == "replace"
 
 
 def task_overrides(ttr: Duration | None, max_attempts: int | None) -> tuple[int, int]:
@@ -84,15 +108,15 @@ class Sender(Protocol):
     arguments the handle passes through (typed loosely here, checked by the queue)."""
 
     @property
-    def send(self) -> Callable[..., Awaitable[str]]:
+    def send(self) -> Callable[..., Awaitable[SendResult]]:
         """``Queue.send``."""
 
     @property
-    def send_delayed(self) -> Callable[..., Awaitable[str]]:
+    def send_delayed(self) -> Callable[..., Awaitable[SendResult]]:
         """``Queue.send_delayed``."""
 
     @property
-    def send_at(self) -> Callable[..., Awaitable[str]]:
+    def send_at(self) -> Callable[..., Awaitable[SendResult]]:
         """``Queue.send_at``."""
 
 
@@ -119,15 +143,15 @@ class Topic(Generic[BodyT]):
         else:
             await self.handler(body)
 
-    async def send(self, body: BodyT, **options: Any) -> str:
+    async def send(self, body: BodyT, **options: Any) -> SendResult:
         """Send a task due now. See :meth:`delayq.Queue.send`."""
         return await self.queue.send(self.name, body, **options)
 
-    async def send_delayed(self, body: BodyT, delay: Duration, **options: Any) -> str:
+    async def send_delayed(self, body: BodyT, delay: Duration, **options: Any) -> SendResult:
         """Send a task due after ``delay``. See :meth:`delayq.Queue.send_delayed`."""
         return await self.queue.send_delayed(self.name, body, delay=delay, **options)
 
-    async def send_at(self, body: BodyT, at: datetime, **options: Any) -> str:
+    async def send_at(self, body: BodyT, at: datetime, **options: Any) -> SendResult:
         """Send a task due at ``at``. See :meth:`delayq.Queue.send_at`."""
         return await self.queue.send_at(self.name, body, at=at, **options)
 

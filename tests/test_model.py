@@ -1,8 +1,9 @@
 """Model-based test: the real Lua scripts on the session Redis against a plain-Python model.
 
-Hypothesis drives send / cancel / reschedule / reserve / ack / nack (retry, dead,
-release) / extend / lease expiry / replay over two topics and a few fixed task ids, so
-ids collide (idempotent sends, re-sending a dead id, stale fencing tokens).  After every
+Hypothesis drives send (keeping or replacing a live id) / cancel / reschedule / reserve /
+ack / nack (retry, dead, release) / extend / lease expiry / replay over two topics and a
+few fixed task ids, so ids collide (idempotent sends, replacements, re-sending a dead id,
+stale fencing tokens).  After every
 step, each task the model knows is in exactly one Redis structure, and ``get()`` and
 ``stats()`` agree with the model.
 
@@ -168,7 +169,7 @@ class QueueMachine(RuleBasedStateMachine):
     def start_with_ready_tasks(self, keys: list[Key]) -> None:
         """Every run starts with some ready tasks, so that reserve has work from step one."""
         for n, (topic, task_id) in enumerate(keys):
-            self.send(topic, task_id, delay=0, max_attempts=None, ttr=None, body=n)
+            self.send(topic, task_id, delay=0, max_attempts=None, ttr=None, body=n, replace=False)
 
     @rule(
         topic=topics,
@@ -177,6 +178,7 @@ class QueueMachine(RuleBasedStateMachine):
         max_attempts=st.sampled_from([None, 1, 2]),
         ttr=st.sampled_from([None, TASK_TTR_S]),
         body=st.integers(0, 99),
+        replace=st.sampled_from([False, False, True]),
     )
     def send(
         self,
@@ -186,19 +188,26 @@ class QueueMachine(RuleBasedStateMachine):
         max_attempts: int | None,
         ttr: int | None,
         body: int,
+        replace: bool,
     ) -> None:
         key = (topic, task_id)
         before = self.now()
-        sent = self.run(
-            self.queue.send_delayed(
-                topic, {"v": body}, delay, task_id=task_id, max_attempts=max_attempts, ttr=ttr
-            )
-        )
+        on_conflict = "replace" if replace else "keep"
+        sending = self.queue.send_delayed(
+            topic, {"v": body}, delay, task_id=task_id, max_attempts=max_attempts, ttr=ttr,
+            on_conflict=on_conflict,
+        )  # fmt: skip
+        sent = self.run(sending)
         after = self.now()
         assert sent == task_id
         current = self.tasks.get(key)
-        if current is not None and current.state != "dead":
-            return  # idempotent: the live task is untouched (the invariant checks it)
+        live = current is not None and current.state != "dead"
+        expected = "created"
+        if live and current is not None:
+            expected = "kept" if not replace else current.state  # "scheduled" or "reserved"
+        assert sent.outcome == {"scheduled": "replaced"}.get(expected, expected)
+        if expected in ("kept", "reserved"):
+            return  # the live task is untouched (the invariant checks it)
         task = ModelTask(body, max_attempts, None if ttr is None else ttr * 1000)
         task.due = self.due(topic, task_id)
         assert before + delay * 1000 <= task.due <= after + delay * 1000

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from delayq.redis.durability import DurableSender
     from delayq.redis.keys import TopicKeys
     from delayq.redis.lane import ScriptLane
+    from delayq.task import SendOutcome
 
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 NackMode = Literal["retry", "dead", "release"]
@@ -99,9 +100,24 @@ def waiting_keys(keys: TopicKeys) -> tuple[str, str, str, str]:
     return (keys.prefix, keys.wheel, keys.dead, keys.errors)
 
 
+def send_keys(keys: TopicKeys) -> tuple[str, ...]:
+    """The KEYS of send.lua (also for anything that runs it bare)."""
+    return (*waiting_keys(keys), keys.reserved)
+
+
 def reserve_keys(keys: TopicKeys) -> tuple[str, ...]:
     """The KEYS of reserve.lua (also for anything that runs it bare)."""
     return (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq, keys.controls)
+
+
+SEND_STATUS: dict[int, SendOutcome] = {1: "created", 0: "kept", 2: "replaced", 3: "reserved"}
+"""What send.lua's status codes mean, as :class:`delayq.SendResult` names them (-1, a time
+too far in the past, is raised instead)."""
+
+
+def _written(status: int) -> int:
+    """A send status as the durable sender reads it: 1 wrote, 0 wrote nothing, < 0 refused."""
+    return {2: 1, 3: 0}.get(status, status)
 
 
 def _int(value: Any) -> int:
@@ -166,7 +182,7 @@ class Scripts:
         try:
             return await durable.run(
                 self._scripts[name], keys, args, ids=ids, touch_key=touch_key,
-                statuses=lambda reply: [_int(v) for v in reply[: len(ids)]],
+                statuses=lambda reply: [_written(_int(v)) for v in reply[: len(ids)]],
             )  # fmt: skip
         except TRANSLATED as exc:
             raise translate(exc) from exc
@@ -182,12 +198,14 @@ class Scripts:
         ttr_ms: int,
         body: bytes,
         tolerance_ms: int,
+        replace: bool = False,
         durable: DurableSender | None = None,
     ) -> tuple[int, int]:
-        """Run send.lua. Returns (status, due or now ms): 1 stored, 0 duplicate, -1 too far past."""
+        """Run send.lua. Returns (status, due or now ms): 1 stored, 0 id already live (kept),
+        2 replaced (``replace``), 3 not replaced: reserved, -1 too far past."""
         reply = await self._write(
             "send",
-            waiting_keys(keys),
+            send_keys(keys),
             (
                 task_id,
                 "a" if absolute else "d",
@@ -197,6 +215,7 @@ class Scripts:
                 body,
                 tolerance_ms,
                 keys.wake,
+                "replace" if replace else "keep",
             ),
             durable,
             ids=(task_id,),

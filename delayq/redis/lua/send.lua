@@ -1,22 +1,27 @@
 #!lua
--- send.lua: store a new task and schedule it, unless the id is already live (idempotent send).
+-- send.lua: store a new task and schedule it, unless the id is already live (idempotent send);
+-- or, with on_conflict 'replace', give a live task that is still waiting the new body and
+-- due time (debounce).
 -- KEYS[1] prefix "delayq:{q:t}:" of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET slot -> bound ms)   KEYS[3] dead (ZSET id -> dead-lettered at ms)
--- KEYS[4] errors (HASH id -> last error)
+-- KEYS[4] errors (HASH id -> last error)   KEYS[5] reserved (ZSET id -> lease deadline ms)
 -- ARGV[1] task id
 -- ARGV[2] 'd' when ARGV[3] is a delay in ms, 'a' when it is an absolute Unix time in ms
 -- ARGV[3] delay or time (ms)
 -- ARGV[4] max attempts (0 = topic default)   ARGV[5] ttr ms (0 = topic default)
 -- ARGV[6] body JSON   ARGV[7] tolerance ms for an absolute time in the past   ARGV[8] wake channel
--- Returns: {1, due_ms} stored | {0, due_ms or 0 when reserved} id already delayed/ready/reserved
---   | {-1, now_ms} time too far in the past
+-- ARGV[9] on_conflict: 'keep' (an id already live is left as it is) or 'replace'
+-- Returns: {1, due_ms} stored | {0, due_ms or 0 when reserved} id already delayed/ready/reserved,
+--   kept | {2, due_ms} replaced: the delayed or ready task now has the new body, due time and
+--   options, as if newly sent (attempts 0, last error cleared) | {3, 0} not replaced: reserved
+--   (running) | {-1, now_ms} time too far in the past
 -- Also counts the task in <prefix>meta (see _layout.lua).
 --@include _envelope
 --@include _layout
-local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, wheel, dead, errors, reserved = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local max_attempts, ttr, body = ARGV[4], ARGV[5], ARGV[6]
-local tolerance, channel = tonumber(ARGV[7]), ARGV[8]
+local tolerance, channel, replace = tonumber(ARGV[7]), ARGV[8], ARGV[9] == 'replace'
 
 local bad = load_buckets(prefix)
 if bad then
@@ -34,14 +39,36 @@ end
 -- the call before anything changed.  `dead` and `errors` are only touched for a known id.
 local header = read_header(prefix, id)
 if header then
-  bad = check_types({ [dead] = 'zset', [errors] = 'hash' })
+  bad = check_types({ [dead] = 'zset', [errors] = 'hash', [reserved] = 'zset',
+    [meta_key(prefix)] = 'hash' })
   if bad then
     return bad
   end
   if not redis.call('ZSCORE', dead, id) then
     local e = parse_header(header)
-    local scheduled = e and slot_of(prefix, wheel, id, e.due)
-    return { 0, scheduled and e.due or 0 }
+    local slot = e and slot_of(prefix, wheel, id, e.due)
+    if not replace then
+      return { 0, slot and e.due or 0 }
+    end
+    if redis.call('ZSCORE', reserved, id) then
+      return { 3, 0 }  -- running somewhere: a replacement would race its ack
+    end
+    -- Waiting (or a header without a schedule entry, which nothing would ever run): the
+    -- task is replaced whole, as reschedule.lua moves one, its slots checked first.
+    bad = check_slots(prefix, wheel, due, due)
+    if bad then
+      return bad
+    end
+    if slot then
+      redis.call('ZREM', slot_key(prefix, slot), id)
+      forget_if_empty(prefix, wheel, slot)
+    end
+    wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
+    schedule_changed(prefix, wheel, slot and 0 or 1)
+    redis.call('HDEL', errors, id)
+    redis.call('HSET', bucket_of(prefix, id), id,
+      new_header(max_attempts, ttr, int_text(now), int_text(due)), body_field(id), body)
+    return { 2, due }
   end
 end
 
