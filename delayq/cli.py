@@ -6,6 +6,7 @@ delayq get    myapp.tasks:queue order.close order-7
 delayq cancel myapp.tasks:queue order.close order-7
 delayq dead   myapp.tasks:queue order.close [--replay ID] [--limit 100]
 delayq pause  myapp.tasks:queue payment.capture      (and `delayq resume ...`)
+delayq web    myapp.tasks:queue --port 8080 [--token-file F]   (needs delayq[web])
 """
 
 from __future__ import annotations
@@ -136,6 +137,19 @@ async def _dead(queue: Queue, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _web(queue: Queue, args: argparse.Namespace) -> int:
+    try:
+        from delayq.web import Tokens
+        from delayq.web.server import serve
+    except ImportError as exc:
+        raise AppImportError(
+            f"delayq web needs the web extra (pip install delayq[web]): {exc}"
+        ) from exc
+    tokens = Tokens.from_file(args.token_file) if args.token_file else Tokens.from_env()
+    await serve(queue, tokens, host=args.host, port=args.port, access_log=not args.no_access_log)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``delayq`` command."""
     parser = argparse.ArgumentParser(prog="delayq", description="Delayed tasks on Redis.")
@@ -177,6 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
     dead.add_argument("topic")
     dead.add_argument("--replay", metavar="ID")
     dead.add_argument("--limit", type=int, default=100)
+    web = command("web", _web, "serve the HTTP API and dashboard", app_required=False)
+    web.add_argument("--host", default="127.0.0.1")
+    web.add_argument("--port", type=int, default=8080)
+    web.add_argument(
+        "--token-file",
+        help="lines of `scopes token` (default: $DELAYQ_WEB_TOKENS; none: read-only)",
+    )
+    web.add_argument("--no-access-log", action="store_true", help="do not log each request")
     return parser
 
 

@@ -34,9 +34,14 @@ LEAVES = {
     "delayq.cancel",
     "delayq.topic",
 }
-EXTENSIONS = ("delayq.testing", "delayq.web", "delayq.metrics", "delayq.otel", "delayq.archive")
+# delayq.cli (and __main__, which runs it) is an extension too: `delayq web` imports
+# delayq.web when it runs (and
+# test_import_delayq_loads_no_optional_dependency checks that importing the CLI does not).
+EXTENSIONS = ("delayq.testing", "delayq.web", "delayq.metrics", "delayq.otel", "delayq.archive",
+              "delayq.cli", "delayq.__main__")  # fmt: skip
 OPTIONAL = ("fastapi", "starlette", "uvicorn", "prometheus_client", "opentelemetry",
-            "sqlalchemy", "asyncpg", "asyncmy", "playwright", "cronsim", "croniter")  # fmt: skip
+            "sqlalchemy", "asyncpg", "asyncmy", "playwright", "cronsim", "croniter", "uvloop",
+            "httptools", "schemathesis")  # fmt: skip
 
 
 def module_name(path: Path) -> str:

@@ -1,0 +1,328 @@
+"""The HTTP API's routes: producers, operators and consumers in any language.
+
+Every route declares its scope (``x-scope`` in the OpenAPI document) and the errors it may
+answer (:mod:`delayq.web.errors`).  Path segments are topic names and task ids, which may
+hold ``/``: send it as ``%2F`` (see :class:`delayq.web.app.EncodedSlashes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Query, Request, Response, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from delayq.consumer import NackResult
+from delayq.errors import InvalidInputError
+from delayq.schedule import MAX_UPCOMING, MAX_WINDOWS, Timeline, UpcomingPage
+from delayq.task import TaskInfo
+from delayq.web.errors import ERROR_RESPONSES, ApiProblem, conflict, field_of, invalid, not_found
+from delayq.web.models import (
+    DeadPage,
+    ExtendRequest,
+    ExtendResult,
+    NackRequest,
+    RescheduleRequest,
+    ReserveRequest,
+    ReserveResult,
+    SendRequest,
+    SendResult,
+    StatsPage,
+    TopicRow,
+    WhoAmI,
+)
+
+if TYPE_CHECKING:
+    from delayq.queue import Queue
+    from delayq.web.auth import Scope, Tokens
+
+QUERY = {
+    "stats": ("offset", "limit", "prefix"),
+    "dead": ("offset", "limit"),
+    "upcoming": ("limit", "cursor"),
+    "timeline": ("window", "windows"),
+}
+"""The query parameters each endpoint takes (any other is refused)."""
+SLASH = "\x1f"
+"""What an encoded ``/`` in a path segment arrives as (no name holds control characters)."""
+Check = Callable[..., Awaitable[frozenset[str]]]
+
+
+def name(segment: str) -> str:
+    """A topic name or task id from its path segment."""
+    return segment.replace(SLASH, "/")
+
+
+@contextmanager
+def naming(*fields: str) -> Iterator[None]:
+    """Answer the core's ``InvalidInputError`` with a 422 naming whichever of ``fields``
+    its message is about (a lease token's errors name ``token``)."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        names = {field: field for field in fields} | {"lease token": "token"}
+        raise invalid(str(exc), field_of(exc, names)) from None
+
+
+BEARER = HTTPBearer(
+    auto_error=False, description="A token from the server's token file or environment."
+)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
+
+
+def only_query(*names: str) -> Callable[[Request], Awaitable[None]]:
+    """A dependency refusing query parameters other than ``names`` (a typo in one must not
+    silently give a default)."""
+    allowed = frozenset(names)
+
+    async def check(request: Request) -> None:
+        for key in request.query_params:
+            if key not in allowed:
+                raise invalid(f"unknown query parameter {key!r}", key)
+
+    return check
+
+
+def authorizer(tokens: Tokens) -> Callable[[Scope], Check]:
+    """``require(scope)``: a dependency that lets a request through only with ``scope``."""
+
+    def require(scope: Scope) -> Check:
+        async def check(credentials: Credentials) -> frozenset[str]:
+            if tokens.anonymous_read:
+                if scope == "read":
+                    return frozenset({"read"})
+                raise ApiProblem(403, "forbidden", "read-only: no token is configured for writes")
+            if credentials is None:
+                raise ApiProblem(401, "unauthorized", "a bearer token is required")
+            granted = tokens.scopes_of(credentials.credentials)
+            if not granted:
+                raise ApiProblem(401, "unauthorized", "unknown token")
+            if scope not in granted:
+                raise ApiProblem(403, "forbidden", f"this token lacks the {scope!r} scope")
+            return granted
+
+        return check
+
+    return require
+
+
+def build_router(queue: Queue, tokens: Tokens) -> APIRouter:
+    """The API's routes for ``queue``, guarded by ``tokens``."""
+    return Api(queue, tokens).router()
+
+
+class Api:
+    """The endpoints, as methods; :meth:`router` lists each with its path and scope."""
+
+    def __init__(self, queue: Queue, tokens: Tokens) -> None:
+        self.queue = queue
+        self.tokens = tokens
+        self.require = authorizer(tokens)
+
+    def router(self) -> APIRouter:
+        router = APIRouter(prefix="/api", responses=ERROR_RESPONSES)
+        routes: list[tuple[str, str, Scope, Callable[..., Any], dict[str, Any]]] = [
+            ("GET", "/stats", "read", self.stats, {"response_model": StatsPage}),
+            ("POST", "/topics/{topic}/tasks", "produce", self.send,
+             {"status_code": 201, "response_model": SendResult}),
+            ("GET", "/topics/{topic}/tasks/{task_id}", "read", self.get,
+             {"response_model": TaskInfo}),
+            ("DELETE", "/topics/{topic}/tasks/{task_id}", "produce", self.cancel,
+             {"status_code": 204, "response_class": Response}),
+            ("POST", "/topics/{topic}/tasks/{task_id}/reschedule", "produce", self.reschedule,
+             {"response_model": TaskInfo}),
+            ("GET", "/topics/{topic}/dead", "read", self.dead, {"response_model": DeadPage}),
+            ("POST", "/topics/{topic}/dead/{task_id}/replay", "admin", self.replay,
+             {"status_code": 204, "response_class": Response}),
+            ("GET", "/topics/{topic}/upcoming", "read", self.upcoming,
+             {"response_model": UpcomingPage}),
+            ("GET", "/topics/{topic}/timeline", "read", self.timeline,
+             {"response_model": Timeline}),
+            ("POST", "/topics/{topic}/reserve", "consume", self.reserve,
+             {"response_model": ReserveResult}),
+            ("POST", "/leases/{token}/ack", "consume", self.ack,
+             {"status_code": 204, "response_class": Response}),
+            ("POST", "/leases/{token}/nack", "consume", self.nack,
+             {"response_model": NackResult}),
+            ("POST", "/leases/{token}/extend", "consume", self.extend,
+             {"response_model": ExtendResult}),
+        ]  # fmt: skip
+        router.add_api_route(
+            "/whoami", self.whoami, methods=["GET"], response_model=WhoAmI,
+            dependencies=[Depends(only_query())], openapi_extra={"x-scope": "any"},
+        )  # fmt: skip
+        for method, path, scope, endpoint, options in routes:
+            query = QUERY.get(endpoint.__name__, ())
+            router.add_api_route(
+                path, endpoint, methods=[method],
+                dependencies=[Depends(self.require(scope)), Depends(only_query(*query))],
+                openapi_extra={"x-scope": scope}, **options,
+            )  # fmt: skip
+        return router
+
+    async def whoami(self, credentials: Credentials) -> WhoAmI:
+        """The scopes of the presented token (any known token may ask)."""
+        if self.tokens.anonymous_read:
+            return WhoAmI(scopes=["read"], anonymous=True)
+        if credentials is None:
+            raise ApiProblem(401, "unauthorized", "a bearer token is required")
+        granted = self.tokens.scopes_of(credentials.credentials)
+        if not granted:
+            raise ApiProblem(401, "unauthorized", "unknown token")
+        return WhoAmI(scopes=sorted(granted), anonymous=False)
+
+    async def stats(
+        self,
+        offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+        limit: Annotated[int, Query(ge=1, le=500)] = 100,
+        prefix: Annotated[str, Query(max_length=200)] = "",
+    ) -> StatsPage:
+        """A page of the queue's topics, sorted by name, with their counts (Redis work is
+        per topic shown, not per topic in the queue)."""
+        names = [n for n in await self.queue.topic_names() if n.startswith(prefix)]
+        shown = names[offset : offset + limit]
+        counts = await self.queue.stats(shown)
+        rows = [
+            TopicRow(name=n, **(counts[n].model_dump() if n in counts else _zero())) for n in shown
+        ]
+        return StatsPage(total=len(names), offset=offset, limit=limit, topics=rows)
+
+    async def send(self, topic: str, request: SendRequest) -> SendResult:
+        """Send a task: due after `delay` seconds, at `at`, or now.  Returns its id."""
+        topic = name(topic)
+        if request.delay is not None and request.at is not None:
+            raise invalid("give delay or at, not both", "at")
+        options: dict[str, Any] = {
+            "task_id": request.task_id, "ttr": request.ttr, "max_attempts": request.max_attempts,
+        }  # fmt: skip
+        with naming("topic", "task_id", "delay", "at", "ttr", "max_attempts", "body"):
+            if request.at is not None:
+                task_id = await self.queue.send_at(topic, request.body, request.at, **options)
+            else:
+                delay = request.delay or 0
+                task_id = await self.queue.send_delayed(topic, request.body, delay, **options)
+        return SendResult(id=task_id, topic=topic)
+
+    async def get(self, topic: str, task_id: str) -> TaskInfo:
+        """A task by id: delayed, ready, reserved or dead.  404 once it finished or was
+        cancelled."""
+        with naming("topic", "task_id"):
+            info = await self.queue.get(name(topic), name(task_id))
+        if info is None:
+            raise not_found("no such task (unknown, finished or cancelled)")
+        return info
+
+    async def cancel(self, topic: str, task_id: str) -> Response:
+        """Cancel a delayed, ready or dead task.  409 while it runs."""
+        topic, task_id = name(topic), name(task_id)
+        with naming("topic", "task_id"):
+            if not await self.queue.cancel(topic, task_id):
+                await _explain(self.queue, topic, task_id, "cancelled")
+        return Response(status_code=204)
+
+    async def reschedule(self, topic: str, task_id: str, request: RescheduleRequest) -> TaskInfo:
+        """Move a delayed or ready task to `delay` seconds from now, or to `at`."""
+        topic, task_id = name(topic), name(task_id)
+        if (request.delay is None) == (request.at is None):
+            raise invalid("give exactly one of delay and at", "delay")
+        with naming("topic", "task_id", "delay", "at"):
+            moved = await self.queue.reschedule(topic, task_id, delay=request.delay, at=request.at)
+            if not moved:
+                await _explain(self.queue, topic, task_id, "rescheduled")
+            return await _get(self.queue, topic, task_id)
+
+    async def dead(
+        self,
+        topic: str,
+        offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> DeadPage:
+        """A page of the topic's dead letters, oldest first, with their last error."""
+        topic = name(topic)
+        with naming("topic"):
+            tasks = await self.queue.dead_letters(topic, limit=limit, offset=offset)
+            counts = await self.queue.stats([topic])
+        total = counts[topic].dead if topic in counts else 0
+        return DeadPage(topic=topic, offset=offset, limit=limit, total=total, tasks=tasks)
+
+    async def replay(self, topic: str, task_id: str) -> Response:
+        """Move a dead letter back to ready (due now, attempts reset)."""
+        with naming("topic", "task_id"):
+            if not await self.queue.replay(name(topic), name(task_id)):
+                raise not_found("no such dead letter")
+        return Response(status_code=204)
+
+    async def upcoming(
+        self,
+        topic: str,
+        limit: Annotated[int, Query(ge=1, le=MAX_UPCOMING)] = 50,
+        cursor: Annotated[str | None, Query(max_length=300)] = None,
+    ) -> UpcomingPage:
+        """The next tasks to fall due, in order; pass `cursor` back for the next page."""
+        with naming("topic", "cursor"):
+            return await self.queue.upcoming(name(topic), limit=limit, cursor=cursor)
+
+    async def timeline(
+        self,
+        topic: str,
+        window: Annotated[float, Query(gt=0, le=86_400, allow_inf_nan=False)] = 60,
+        windows: Annotated[int, Query(ge=1, le=MAX_WINDOWS)] = 60,
+    ) -> Timeline:
+        """How many tasks fall due in each of the next `windows` windows of `window` s."""
+        with naming("topic", "window", "windows"):
+            return await self.queue.timeline(name(topic), window=window, windows=windows)
+
+    async def reserve(
+        self, topic: str, request: Annotated[ReserveRequest | None, Body()] = None
+    ) -> ReserveResult:
+        """Lease up to `max` due tasks, waiting up to `wait` s for one (a long poll).  Ack,
+        nack or extend each by its `lease_token` before its `lease_deadline`."""
+        request = request or ReserveRequest()
+        with naming("topic", "ttr", "wait"):
+            tasks = await self.queue.consumer.lease(
+                name(topic), limit=request.max, wait=request.wait, ttr=request.ttr
+            )
+        return ReserveResult(tasks=tasks)
+
+    async def ack(self, token: str) -> Response:
+        """The task is done: delete it.  409 when the lease is no longer held."""
+        with naming("token"):
+            await self.queue.consumer.ack(token)
+        return Response(status_code=204)
+
+    async def nack(
+        self, token: str, request: Annotated[NackRequest | None, Body()] = None
+    ) -> NackResult:
+        """The attempt failed: retry after `delay` (default: the topic's backoff), or
+        dead-letter.  409 when the lease is no longer held."""
+        request = request or NackRequest()
+        with naming("token", "delay"):
+            return await self.queue.consumer.nack(
+                token, delay=request.delay, dead=request.dead, error=request.error
+            )
+
+    async def extend(self, token: str, request: ExtendRequest) -> ExtendResult:
+        """Make the lease end `seconds` from now (never earlier).  409 when it is no
+        longer held."""
+        with naming("token", "seconds"):
+            deadline = await self.queue.consumer.extend(token, request.seconds)
+        return ExtendResult(lease_deadline=deadline)
+
+
+def _zero() -> dict[str, int]:
+    return {"delayed": 0, "ready": 0, "reserved": 0, "dead": 0}
+
+
+async def _get(queue: Queue, topic: str, task_id: str) -> TaskInfo:
+    info = await queue.get(topic, task_id)
+    if info is None:
+        raise not_found("no such task (unknown, finished or cancelled)")
+    return info
+
+
+async def _explain(queue: Queue, topic: str, task_id: str, what: str) -> None:
+    """Raise the 404 or 409 for a task that could not be ``what``."""
+    info = await _get(queue, topic, task_id)
+    raise conflict(f"task is {info.state} and cannot be {what}")

@@ -1,0 +1,157 @@
+"""The API's error model: every failure is a JSON ``ApiError`` with a status that says whose
+fault it is.
+
+======  ===========================================================================
+status  when
+======  ===========================================================================
+401     no token, or an unknown one (with ``WWW-Authenticate: Bearer``)
+403     the token lacks the endpoint's scope (or no token may write at all)
+404     no such task, dead letter or route
+409     the task is not in a state that allows it (running; a lease no longer held)
+413     the request body is larger than the queue accepts
+422     bad input: ``field`` names it; nothing was written
+503     Redis is unreachable, refused us, or is out of memory; retry later
+======  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+
+from delayq.errors import (
+    DelayqError,
+    InvalidInputError,
+    LeaseLostError,
+    NotDurableError,
+    RedisAuthError,
+    RedisOutOfMemoryError,
+    RedisUnavailableError,
+)
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
+
+log = logging.getLogger("delayq.web")
+
+
+class ApiError(BaseModel):
+    """The body of every error response."""
+
+    error: str
+    """A short code: ``unauthorized``, ``forbidden``, ``not_found``, ``conflict``,
+    ``too_large``, ``invalid_input``, ``unavailable`` or ``internal``."""
+    message: str
+    field: str | None = None
+    """For ``invalid_input``: the request field at fault (``delay``, ``topic``, ``body.x``...)."""
+
+
+class ApiProblem(Exception):
+    """Raised by an endpoint to answer with an :class:`ApiError`."""
+
+    def __init__(self, status: int, error: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = ApiError(error=error, message=message, field=field)
+
+
+def not_found(what: str) -> ApiProblem:
+    return ApiProblem(404, "not_found", what)
+
+
+def conflict(what: str) -> ApiProblem:
+    return ApiProblem(409, "conflict", what)
+
+
+def invalid(message: str, field: str | None) -> ApiProblem:
+    return ApiProblem(422, "invalid_input", message, field)
+
+
+def _response(status: int, body: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+def field_of(exc: InvalidInputError, fields: dict[str, str]) -> str | None:
+    """The request field an error of the core names: its messages start with the
+    argument's name (``delay must be ...``, ``topic 'a b' contains ...``); ``fields`` maps
+    such a name to the request's field."""
+    message = str(exc)
+    for name, field in fields.items():
+        if message.startswith((name + " ", name + "=", name + ":")):
+            return field
+    return None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ApiError, "description": description}
+    for status, description in (
+        (401, "No token, or an unknown one"),
+        (403, "The token lacks the endpoint's scope"),
+        (404, "Not found"),
+        (409, "Conflict: the task's state does not allow it"),
+        (413, "Request body too large"),
+        (422, "Invalid input; `field` names it"),
+        (503, "Redis unavailable"),
+    )
+}
+"""Declared on every route, so the OpenAPI document lists each error a route can give."""
+
+
+def _whole_body(request: Request, problem: str) -> ApiError:
+    """The error for a request body that is not a JSON object (``field`` is None: no field
+    of it is at fault)."""
+    kind = request.headers.get("content-type", "")
+    if "json" not in kind:
+        problem = f"send the request body as JSON with Content-Type: application/json, not {kind!r}"
+    return ApiError(error="invalid_input", message=f"request body: {problem}", field=None)
+
+
+def install(app: FastAPI) -> None:
+    """Answer every failure of ``app`` with an :class:`ApiError`."""
+
+    @app.exception_handler(ApiProblem)
+    async def problem(_request: Request, exc: ApiProblem) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return _response(exc.status, exc.body, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        loc = [str(part) for part in first.get("loc", ())]
+        if loc == ["body"]:  # the request body as a whole: not JSON, or not an object
+            return _response(422, _whole_body(request, str(first.get("msg"))))
+        field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
+        message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
+        return _response(422, ApiError(error="invalid_input", message=message, field=field))
+
+    @app.exception_handler(HTTPException)
+    async def http(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI's "error parsing the body" (not UTF-8...)
+            return _response(422, _whole_body(request, str(exc.detail)))
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        code = codes.get(exc.status_code, "error")
+        body = ApiError(error=code, message=str(exc.detail))
+        return _response(exc.status_code, body, getattr(exc, "headers", None))
+
+    @app.exception_handler(LeaseLostError)
+    async def lease_lost(_request: Request, exc: LeaseLostError) -> JSONResponse:
+        return _response(409, ApiError(error="conflict", message=str(exc)))
+
+    @app.exception_handler(InvalidInputError)
+    async def invalid_input(_request: Request, exc: InvalidInputError) -> JSONResponse:
+        return _response(422, ApiError(error="invalid_input", message=str(exc)))
+
+    @app.exception_handler(DelayqError)
+    async def unavailable(_request: Request, exc: DelayqError) -> JSONResponse:
+        redis_side = (RedisUnavailableError, RedisAuthError, RedisOutOfMemoryError, NotDurableError)
+        if isinstance(exc, redis_side):
+            log.warning("answering 503: %s", exc)
+            body = ApiError(error="unavailable", message=f"{type(exc).__name__}: {exc}")
+            return _response(503, body, {"Retry-After": "1"})
+        log.error("answering 500: %s", exc, exc_info=exc)
+        return _response(500, ApiError(error="internal", message=type(exc).__name__))

@@ -1,0 +1,115 @@
+"""What the HTTP API takes and returns, beyond the core's own models (``TaskInfo``,
+``LeasedTask``, ``NackResult``, ``UpcomingPage``, ``Timeline``), which it returns as they are."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, Strict
+
+from delayq.consumer import MAX_WAIT_SECONDS, LeasedTask
+from delayq.duration import MAX_SECONDS
+from delayq.task import TaskInfo
+from delayq.topic import MAX_ATTEMPTS_LIMIT
+
+# Strict: a JSON number where a number is due (not `false`, not "5"), a boolean where a
+# boolean is due.  Datetimes stay ISO 8601 strings, as JSON has no other form for them.
+Seconds = Annotated[float, Strict(), Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+PositiveSeconds = Annotated[float, Strict(), Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
+TaskId = Annotated[str, Strict(), Field(min_length=1, max_length=256)]
+Count = Annotated[int, Strict()]
+Flag = Annotated[bool, Strict()]
+
+
+class Request(BaseModel):
+    """A request body: unknown fields are refused (a typo must not pass silently)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class SendRequest(Request):
+    """A task to send: due after ``delay`` seconds, or at ``at``, or now (neither given)."""
+
+    body: JsonValue = Field(description="The task's JSON body (any JSON value).")
+    delay: Seconds | None = Field(None, description="Seconds from now (Redis's clock).")
+    at: AwareDatetime | None = Field(None, description="When it is due (with a time zone).")
+    task_id: TaskId | None = Field(
+        None, description="Your business key; a live id is not sent twice. Generated if omitted."
+    )
+    ttr: PositiveSeconds | None = Field(None, description="This task's lease length.")
+    max_attempts: Count | None = Field(None, ge=1, le=MAX_ATTEMPTS_LIMIT)
+
+
+class SendResult(BaseModel):
+    id: str
+    topic: str
+
+
+class RescheduleRequest(Request):
+    """Exactly one of ``delay`` and ``at``."""
+
+    delay: Seconds | None = None
+    at: AwareDatetime | None = None
+
+
+class TopicRow(BaseModel):
+    name: str
+    delayed: int
+    ready: int
+    reserved: int
+    dead: int
+
+
+class StatsPage(BaseModel):
+    """A page of the queue's topics (sorted by name) with their counts."""
+
+    total: int
+    """Topics matching the prefix, over all pages."""
+    offset: int
+    limit: int
+    topics: list[TopicRow]
+
+
+class DeadPage(BaseModel):
+    topic: str
+    offset: int
+    limit: int
+    total: int
+    tasks: list[TaskInfo]
+
+
+class ReserveRequest(Request):
+    max: Count = Field(1, ge=1, le=100, description="Most tasks to lease.")
+    wait: Annotated[float, Strict()] = Field(
+        0, ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
+        description="Seconds to wait for a task (a long poll); 0 answers at once.",
+    )  # fmt: skip
+    ttr: PositiveSeconds | None = Field(
+        None, description="Lease length for tasks without their own (default: the topic's)."
+    )
+
+
+class ReserveResult(BaseModel):
+    tasks: list[LeasedTask]
+
+
+class NackRequest(Request):
+    delay: Seconds | None = Field(None, description="Until the next attempt (default: backoff).")
+    dead: Flag = Field(False, description="Dead-letter now, whatever attempts are left.")
+    error: Annotated[str, Strict()] = Field(
+        "", max_length=2000, description="Recorded as the task's last error."
+    )
+
+
+class ExtendRequest(Request):
+    seconds: PositiveSeconds = Field(description="The lease ends this long from now.")
+
+
+class ExtendResult(BaseModel):
+    lease_deadline: AwareDatetime
+
+
+class WhoAmI(BaseModel):
+    scopes: list[str]
+    anonymous: bool
+    """True when no token is configured: reads need none and nothing can be written."""

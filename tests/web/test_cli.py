@@ -1,0 +1,61 @@
+"""``delayq web`` as a user starts it: a real uvicorn process, the app form and the
+--url form, a token file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tests.redis_server import RedisServer
+from tests.web.conftest import TOKENS
+from tests.web.server import ROOT, WebServer
+
+
+def call(
+    url: str, method: str = "GET", body: object = None, token: str | None = None
+) -> tuple[int, object]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_app_form_shares_the_topics_options(
+    redis_server: RedisServer, queue_name: str, tmp_path: Path
+) -> None:
+    with WebServer(redis_server.url, queue_name, tmp_path, app="tests.apps.counting:queue") as web:
+        status, sent = call(
+            f"{web.url}/api/topics/fail/tasks", "POST", {"body": {}}, TOKENS["produce"]
+        )
+        assert status == 201, sent
+        status, leased = call(f"{web.url}/api/topics/fail/reserve", "POST", {}, TOKENS["consume"])
+        assert status == 200, leased
+        assert isinstance(leased, dict)
+        (task,) = leased["tasks"]
+        assert task["max_attempts"] == 2  # the registered handler's, not the default 5
+        status, _ = call(f"{web.url}/api/stats", token=TOKENS["read"])
+        assert status == 200
+        assert call(f"{web.url}/api/stats")[0] == 401
+        assert web.stop() == 0
+    assert "Traceback" not in web.log.read_text()
+
+
+def test_a_missing_token_file_is_a_clear_error(tmp_path: Path, redis_server: RedisServer) -> None:
+    done = subprocess.run(  # noqa: PLW1510  (the return code is the point)
+        [sys.executable, "-m", "delayq", "web", "--url", redis_server.url,
+         "--token-file", str(tmp_path / "nope")],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "cannot read token file" in done.stderr
