@@ -27,8 +27,8 @@ from delayq.web.models import (
     RescheduleRequest,
     ReserveRequest,
     ReserveResult,
+    SendReply,
     SendRequest,
-    SendResult,
     StatsPage,
     TopicRow,
     WhoAmI,
@@ -126,7 +126,7 @@ class Api:
         routes: list[tuple[str, str, Scope, Callable[..., Any], dict[str, Any]]] = [
             ("GET", "/stats", "read", self.stats, {"response_model": StatsPage}),
             ("POST", "/topics/{topic}/tasks", "produce", self.send,
-             {"status_code": 201, "response_model": SendResult}),
+             {"status_code": 201, "response_model": SendReply}),
             ("GET", "/topics/{topic}/tasks/{task_id}", "read", self.get,
              {"response_model": TaskInfo}),
             ("DELETE", "/topics/{topic}/tasks/{task_id}", "produce", self.cancel,
@@ -189,21 +189,23 @@ class Api:
         ]
         return StatsPage(total=len(names), offset=offset, limit=limit, topics=rows)
 
-    async def send(self, topic: str, request: SendRequest) -> SendResult:
-        """Send a task: due after `delay` seconds, at `at`, or now.  Returns its id."""
+    async def send(self, topic: str, request: SendRequest) -> SendReply:
+        """Send a task: due after `delay` seconds, at `at`, or now.  Returns its id and what
+        the send did (`outcome`)."""
         topic = name(topic)
         if request.delay is not None and request.at is not None:
             raise invalid("give delay or at, not both", "at")
         options: dict[str, Any] = {
             "task_id": request.task_id, "ttr": request.ttr, "max_attempts": request.max_attempts,
+            "on_conflict": request.on_conflict,
         }  # fmt: skip
         with naming("topic", "task_id", "delay", "at", "ttr", "max_attempts", "body"):
             if request.at is not None:
-                task_id = await self.queue.send_at(topic, request.body, request.at, **options)
+                sent = await self.queue.send_at(topic, request.body, request.at, **options)
             else:
                 delay = request.delay or 0
-                task_id = await self.queue.send_delayed(topic, request.body, delay, **options)
-        return SendResult(id=task_id, topic=topic)
+                sent = await self.queue.send_delayed(topic, request.body, delay, **options)
+        return SendReply(id=sent, topic=topic, outcome=sent.outcome)
 
     async def get(self, topic: str, task_id: str) -> TaskInfo:
         """A task by id: delayed, ready, reserved or dead.  404 once it finished or was

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, Strict
 
 from delayq.consumer import MAX_WAIT_SECONDS, LeasedTask
 from delayq.duration import MAX_SECONDS
-from delayq.task import TaskInfo
+from delayq.task import SendOutcome, TaskInfo
 from delayq.topic import MAX_ATTEMPTS_LIMIT
 
 # Strict: a JSON number where a number is due (not `false`, not "5"), a boolean where a
@@ -38,11 +38,19 @@ class SendRequest(Request):
     )
     ttr: PositiveSeconds | None = Field(None, description="This task's lease length.")
     max_attempts: Count | None = Field(None, ge=1, le=MAX_ATTEMPTS_LIMIT)
+    on_conflict: Literal["keep", "replace"] = Field(
+        "keep",
+        description="When `task_id` is still waiting: `keep` it, or `replace` its body, due "
+        "time and options (debounce).  A running task is never touched.",
+    )
 
 
-class SendResult(BaseModel):
+class SendReply(BaseModel):
     id: str
     topic: str
+    outcome: SendOutcome
+    """``created``, ``kept`` (the id was live), ``replaced`` or ``reserved`` (running:
+    not replaced)."""
 
 
 class RescheduleRequest(Request):
@@ -58,6 +66,9 @@ class TopicRow(BaseModel):
     ready: int
     reserved: int
     dead: int
+    paused: bool = False
+    rate_limit: str | None = None
+    max_running: int | None = None
 
 
 class StatsPage(BaseModel):

@@ -35,7 +35,11 @@ async def test_send_get_reschedule_cancel(client: httpx.AsyncClient, queue: Queu
         headers=P,
     )
     assert response.status_code == 201
-    assert response.json() == {"id": "order-7", "topic": "orders"}
+    assert response.json() == {"id": "order-7", "topic": "orders", "outcome": "created"}
+    again = await client.post(
+        "/api/topics/orders/tasks", json={"body": {"order": 8}, "task_id": "order-7"}, headers=P
+    )
+    assert again.json()["outcome"] == "kept"
     info = (await client.get("/api/topics/orders/tasks/order-7", headers=R)).json()
     assert (info["state"], info["body"], info["max_attempts"]) == ("delayed", {"order": 7}, 3)
     at = datetime.now(UTC) + timedelta(hours=2)
@@ -49,6 +53,17 @@ async def test_send_get_reschedule_cancel(client: httpx.AsyncClient, queue: Queu
     gone = await client.delete("/api/topics/orders/tasks/order-7", headers=P)
     assert (gone.status_code, gone.json()["error"]) == (404, "not_found")
     assert await queue.get("orders", "order-7") is None
+
+
+async def test_replace_debounces(client: httpx.AsyncClient, queue: Queue) -> None:
+    await send(client, task_id="digest", delay=60)
+    response = await client.post(
+        "/api/topics/t/tasks",
+        json={"body": {"v": 2}, "task_id": "digest", "delay": 300, "on_conflict": "replace"},
+        headers=P,
+    )
+    assert response.json()["outcome"] == "replaced"
+    assert (await stored(queue, "t", "digest")).body == {"v": 2}
 
 
 async def test_send_at_and_now(client: httpx.AsyncClient, queue: Queue) -> None:
@@ -140,7 +155,7 @@ async def test_names_with_slashes_travel_encoded(client: httpx.AsyncClient, queu
     response = await client.post(
         "/api/topics/orders%2Feu/tasks", json={"body": 1, "task_id": "a/b/c"}, headers=P
     )
-    assert response.json() == {"id": "a/b/c", "topic": "orders/eu"}
+    assert response.json() == {"id": "a/b/c", "topic": "orders/eu", "outcome": "created"}
     found = await client.get("/api/topics/orders%2Feu/tasks/a%2Fb%2Fc", headers=R)
     assert found.status_code == 200 and found.json()["id"] == "a/b/c"
     page = await client.get("/api/topics/orders%2Feu/upcoming?limit=5", headers=R)
@@ -160,8 +175,12 @@ async def test_stats_pages_through_topics(client: httpx.AsyncClient, queue: Queu
     first = (await client.get("/api/stats?prefix=topic-0&limit=1", headers=R)).json()
     assert first["total"] == 10
     assert first["topics"] == [
-        {"name": "topic-00", "delayed": 1, "ready": 1, "reserved": 0, "dead": 0}
-    ]
+        {"name": "topic-00", "delayed": 1, "ready": 1, "reserved": 0, "dead": 0,
+         "paused": False, "rate_limit": None, "max_running": None}
+    ]  # fmt: skip
+    await queue.pause("topic-00")
+    paused = (await client.get("/api/stats?prefix=topic-00", headers=R)).json()
+    assert paused["topics"][0]["paused"] is True
     bad = await client.get("/api/stats?limit=0", headers=R)
     assert (bad.status_code, bad.json()["field"]) == (422, "limit")
 
