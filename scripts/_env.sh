@@ -190,3 +190,24 @@ delayq_start_private_redis() {
     _delayq_stop_private_redis
     return 1
 }
+
+# Make sure Debian's Chromium is at /usr/bin/chromium for the dashboard's browser tests
+# (Playwright drives it through executable_path: no browser is ever downloaded), installing
+# the `chromium` package when we are root, as for redis-server.  Never fails: without it the
+# browser tests are skipped, and say why.
+delayq_ensure_chromium() {
+    if [[ -x /usr/bin/chromium ]]; then
+        return 0
+    fi
+    if [[ "$EUID" -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+        _delayq_log "no /usr/bin/chromium and cannot install it (needs root and apt-get):"
+        _delayq_log "the browser tests will be skipped (apt-get install chromium to run them)"
+        return 0
+    fi
+    _delayq_log "installing Debian's chromium package (for the dashboard's browser tests)"
+    if ! { apt-get update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; then
+        _delayq_log "apt-get install chromium failed: the browser tests will be skipped"
+    fi
+    return 0
+}

@@ -7,6 +7,7 @@ hold ``/``: send it as ``%2F`` (see :class:`delayq.web.app.EncodedSlashes`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
@@ -45,6 +46,8 @@ QUERY = {
     "timeline": ("window", "windows"),
 }
 """The query parameters each endpoint takes (any other is refused)."""
+NAMES_TTL = 2.0
+"""Seconds the topic names are reused between ``/api/stats`` calls."""
 SLASH = "\x1f"
 """What an encoded ``/`` in a path segment arrives as (no name holds control characters)."""
 Check = Callable[..., Awaitable[frozenset[str]]]
@@ -120,11 +123,26 @@ class Api:
         self.queue = queue
         self.tokens = tokens
         self.require = authorizer(tokens)
+        self._names: tuple[float, list[str]] | None = None
+
+    async def topic_names(self) -> list[str]:
+        """The queue's topic names, read at most once per :data:`NAMES_TTL` seconds: the
+        one read whose cost grows with the number of topics (``SMEMBERS``), shared by every
+        dashboard refreshing in that time."""
+        now = asyncio.get_running_loop().time()
+        if self._names is None or now - self._names[0] > NAMES_TTL:
+            self._names = (now, await self.queue.topic_names())
+        return self._names[1]
 
     def router(self) -> APIRouter:
         router = APIRouter(prefix="/api", responses=ERROR_RESPONSES)
         routes: list[tuple[str, str, Scope, Callable[..., Any], dict[str, Any]]] = [
             ("GET", "/stats", "read", self.stats, {"response_model": StatsPage}),
+            ("GET", "/topics/{topic}", "read", self.topic, {"response_model": TopicRow}),
+            ("POST", "/topics/{topic}/pause", "admin", self.pause,
+             {"status_code": 204, "response_class": Response}),
+            ("POST", "/topics/{topic}/resume", "admin", self.resume,
+             {"status_code": 204, "response_class": Response}),
             ("POST", "/topics/{topic}/tasks", "produce", self.send,
              {"status_code": 201, "response_model": SendReply}),
             ("GET", "/topics/{topic}/tasks/{task_id}", "read", self.get,
@@ -181,13 +199,33 @@ class Api:
     ) -> StatsPage:
         """A page of the queue's topics, sorted by name, with their counts (Redis work is
         per topic shown, not per topic in the queue)."""
-        names = [n for n in await self.queue.topic_names() if n.startswith(prefix)]
+        names = [n for n in await self.topic_names() if n.startswith(prefix)]
         shown = names[offset : offset + limit]
         counts = await self.queue.stats(shown)
         rows = [
             TopicRow(name=n, **(counts[n].model_dump() if n in counts else _zero())) for n in shown
         ]
         return StatsPage(total=len(names), offset=offset, limit=limit, topics=rows)
+
+    async def topic(self, topic: str) -> TopicRow:
+        """One topic's counts and controls (zeros for a topic that holds nothing)."""
+        topic = name(topic)
+        with naming("topic"):
+            counts = await self.queue.stats([topic])
+        found = counts[topic].model_dump() if topic in counts else _zero()
+        return TopicRow(name=topic, **found)
+
+    async def pause(self, topic: str) -> Response:
+        """Stop every worker (and HTTP consumer) from leasing the topic's tasks."""
+        with naming("topic"):
+            await self.queue.pause(name(topic))
+        return Response(status_code=204)
+
+    async def resume(self, topic: str) -> Response:
+        """Let a paused topic's tasks be leased again."""
+        with naming("topic"):
+            await self.queue.resume(name(topic))
+        return Response(status_code=204)
 
     async def send(self, topic: str, request: SendRequest) -> SendReply:
         """Send a task: due after `delay` seconds, at `at`, or now.  Returns its id and what

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 
 import delayq
-from delayq.web import errors
+from delayq.web import dashboard, errors
 from delayq.web.api import SLASH, build_router
 from delayq.web.auth import Tokens
 
@@ -47,6 +47,7 @@ def create_app(queue: Queue, tokens: Tokens | None = None, *, title: str = "dela
     app.state.delayq_queue = queue
     errors.install(app)
     app.include_router(build_router(queue, tokens))
+    dashboard.install(app)
     app.add_middleware(BodyLimit, limit=queue.max_body_bytes + BODY_MARGIN)
     app.add_middleware(EncodedSlashes)
     return app

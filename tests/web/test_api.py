@@ -298,7 +298,27 @@ async def test_the_app_mounts_under_a_prefix(queue: Queue) -> None:
         response = await client.post("/delayq/api/topics/a%2Fb/tasks", json={"body": 1}, headers=P)
         assert response.status_code == 201, response.text
         assert (await client.get("/delayq/api/openapi.json")).status_code == 200
+        bare = await client.get("/delayq")
+        assert (bare.status_code, bare.headers["location"]) == (307, "http://d/delayq/")
+        page = await client.get("/delayq/")
+        assert page.status_code == 200 and 'src="static/app.js"' in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        script = await client.get("/delayq/static/app.js")
+        assert script.status_code == 200 and "sessionStorage" in script.text
+        assert (await client.get("/delayq/static/../app.py")).status_code == 404
     assert await queue.topic_names() == ["a/b"]
+
+
+async def test_one_topic_and_its_pause(client: httpx.AsyncClient, queue: Queue) -> None:
+    await send(client, delay=60)
+    row = (await client.get("/api/topics/t", headers=R)).json()
+    assert (row["delayed"], row["paused"]) == (1, False)
+    assert (await client.post("/api/topics/t/pause", headers=A)).status_code == 204
+    assert (await client.get("/api/topics/t", headers=R)).json()["paused"] is True
+    assert (await client.post("/api/topics/t/resume", headers=A)).status_code == 204
+    assert (await client.get("/api/topics/t", headers=R)).json()["paused"] is False
+    empty = (await client.get("/api/topics/nothing-here", headers=R)).json()
+    assert empty["delayed"] == 0
 
 
 def test_the_openapi_document_types_every_model(app: FastAPI) -> None:

@@ -1,0 +1,183 @@
+"""The dashboard in a real browser: Debian's Chromium driven by Playwright, against a real
+``delayq web`` process (uvicorn) and a real Redis, with a real worker.
+
+Skipped, saying why, where /usr/bin/chromium is missing (``scripts/_env.sh`` installs
+Debian's ``chromium`` package when it runs as root).  No browser is ever downloaded.
+``DELAYQ_WEB_SCREENSHOTS=DIR`` also saves the screenshots there (docs/ holds the ones
+docs/web.md shows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from delayq import Queue
+from tests.fixtures_delayq import StartWorker
+from tests.redis_server import RedisServer
+from tests.web.conftest import TOKENS
+from tests.web.server import WebServer
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+SCREENSHOTS = os.environ.get("DELAYQ_WEB_SCREENSHOTS")
+WAIT_MS = 20_000  # generous: the box is shared; every wait ends as soon as its condition holds
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="browser tests need Debian's chromium at /usr/bin/chromium "
+    "(apt-get install chromium; scripts/_env.sh does it as root)",
+)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+@pytest.fixture
+def web(queue: Queue, redis_server: RedisServer, tmp_path: Path) -> Iterator[WebServer]:
+    with WebServer(redis_server.url, queue.name, tmp_path) as server:
+        yield server
+
+
+async def open_dashboard(
+    browser: Browser, web: WebServer, scope: str = "admin", width: int = 1280
+) -> Page:
+    page = await browser.new_page(viewport={"width": width, "height": 900})
+    await page.goto(web.url + "/")
+    await expect(page.locator("#notice")).to_contain_text("Sign in", timeout=WAIT_MS)
+    await page.fill("#token", TOKENS[scope])
+    await page.click("#sign-in")
+    await expect(page.locator("#who")).to_contain_text("signed in", timeout=WAIT_MS)
+    return page
+
+
+async def shot(page: Page, name: str, tmp_path: Path) -> None:
+    await page.screenshot(path=str(tmp_path / name), full_page=True)
+    if SCREENSHOTS:
+        await page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=True)
+
+
+async def test_an_operator_follows_a_task_to_done_and_replays_a_dead_letter(
+    browser: Browser, web: WebServer, queue: Queue, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+
+    @queue.topic("emails")
+    async def send_email(body: dict[str, str]) -> None:
+        ran.append(body["to"])
+
+    for minute in range(1, 60, 3):
+        for n in range(minute % 7 + 1):
+            await queue.send_delayed(
+                "emails", {"to": f"u{minute}-{n}@example.com"}, delay=60 * minute
+            )
+    total = sum(minute % 7 + 1 for minute in range(1, 60, 3)) + 1
+    soon = await queue.send_delayed(
+        "emails", {"to": "soon@example.com"}, delay=5, task_id="welcome-42"
+    )
+    await queue.send_delayed("reports", {"day": "2026-11-24"}, delay=900)
+    await queue.send_many("invoices.remind", [{"invoice": n} for n in range(3)])
+    await queue.pause("invoices.remind")  # so its tasks stay ready
+    await queue.send_many(
+        "digest.send", [{"user": n} for n in range(40)], delay=[n * 45 for n in range(40)]
+    )
+    dead_id = await queue.send("reports", {"day": "2026-11-23"}, task_id="report-2026-11-23")
+    (leased,) = await queue.consumer.lease("reports")
+    await queue.consumer.nack(
+        leased.lease_token, dead=True, error="TimeoutError: warehouse did not answer"
+    )
+
+    page = await open_dashboard(browser, web)
+    await expect(page.locator('tr[data-topic="emails"]')).to_be_visible(timeout=WAIT_MS)
+    await expect(page.locator('tr[data-topic="reports"] td').nth(4)).to_have_text("1")
+    await shot(page, "web-overview.png", tmp_path)
+
+    # Follow the topic: its counts, the timeline and the next tasks, the soonest first.
+    await page.click('tr[data-topic="emails"] a')
+    await page.wait_for_function(
+        """total => ['delayed', 'ready'].reduce((sum, state) => sum + Number(
+            document.querySelector(`[data-count="${state}"]`)?.textContent), 0) === total""",
+        arg=total, timeout=WAIT_MS,
+    )  # fmt: skip
+    assert await page.locator("#timeline rect").count() == 61
+    await expect(page.locator("#upcoming tr").first).to_have_attribute("data-task", soon)
+    await shot(page, "web-topic.png", tmp_path)
+
+    # The task about to fire: waiting (delayed, or ready by now), then done once a worker ran it.
+    await page.click(f'#upcoming a:text-is("{soon}")')
+    await expect(page.locator("#state")).to_have_text(re.compile("delayed|ready"), timeout=WAIT_MS)
+    await expect(page.locator("#body")).to_contain_text("soon@example.com")
+    await start_worker(queue)
+    await expect(page.locator("#state")).to_have_text("done", timeout=WAIT_MS)
+    assert "soon@example.com" in ran
+
+    # Replay the dead letter by clicking.
+    await page.goto(f"{web.url}/#/topic/reports")
+    row = page.locator(f'tr[data-dead="{dead_id}"]')
+    await expect(row).to_contain_text("warehouse did not answer", timeout=WAIT_MS)
+    await page.click(f'[data-replay="{dead_id}"]')
+    await expect(row).to_have_count(0, timeout=WAIT_MS)
+    await expect(page.locator("#notice")).to_contain_text("Replayed")
+    info = await queue.get("reports", dead_id)
+    assert info is not None and info.state == "ready"
+
+    # Look a task up by id.
+    await page.fill("#lookup-topic", "reports")
+    await page.fill("#lookup-id", dead_id)
+    await page.click("#lookup button")
+    await expect(page.locator("#state")).to_have_text("ready", timeout=WAIT_MS)
+    await expect(page.locator("#body")).to_contain_text("2026-11-23")
+
+
+async def test_a_read_token_sees_no_buttons_and_a_narrow_window_fits(
+    browser: Browser, web: WebServer, queue: Queue, tmp_path: Path
+) -> None:
+    await queue.send_delayed("a-topic-with-a-rather-long-name.for-narrow-screens", {}, delay=60)
+    task_id = await queue.send("dead.things", {"x": 1})
+    (leased,) = await queue.consumer.lease("dead.things")
+    await queue.consumer.nack(leased.lease_token, dead=True, error="ValueError: " + "long " * 40)
+    page = await open_dashboard(browser, web, scope="read", width=380)
+    await expect(page.locator('tr[data-topic="dead.things"]')).to_be_visible(timeout=WAIT_MS)
+    assert await fits(page)
+    await page.click('tr[data-topic="dead.things"] a')
+    await expect(page.locator(f'tr[data-dead="{task_id}"]')).to_be_visible(timeout=WAIT_MS)
+    assert await page.locator("[data-replay], [data-cancel], #pause").count() == 0
+    assert await fits(page)
+    await page.goto(f"{web.url}/#/task/dead.things/{task_id}")
+    await expect(page.locator("#state")).to_have_text("dead", timeout=WAIT_MS)
+    assert await page.locator("#replay, #cancel").count() == 0
+    assert await fits(page)
+
+
+async def fits(page: Page) -> bool:
+    """Nothing wider than the window (tables scroll inside their own box)."""
+    width: int = await page.evaluate("document.documentElement.scrollWidth")
+    return width <= (page.viewport_size or {"width": 0})["width"]
+
+
+async def test_ten_thousand_topics_are_paged(
+    browser: Browser, web: WebServer, queue: Queue
+) -> None:
+    await queue.announce(f"topic-{n:05d}" for n in range(10_000))
+    page = await open_dashboard(browser, web, scope="read")
+    await expect(page.locator("#page-info")).to_have_text("1\u201350 of 10000", timeout=WAIT_MS)
+    assert await page.locator("#topics tr").count() == 50
+    await page.click("text=Next \u203a")
+    await expect(page.locator("#page-info")).to_have_text("51\u2013100 of 10000", timeout=WAIT_MS)
+    await page.fill("#prefix", "topic-0999")
+    await expect(page.locator("#page-info")).to_have_text("1\u201310 of 10", timeout=WAIT_MS)
+    await asyncio.sleep(0)
