@@ -33,7 +33,7 @@ import redis
 from benchmarks.common import emit
 from delayq import Queue
 from delayq.redis.keys import TopicKeys
-from delayq.redis.scripts import lua_source, reserve_keys
+from delayq.redis.scripts import ack_keys, lua_source, reserve_keys
 from delayq.task import Envelope
 from tests.redis_server import RedisServer
 
@@ -164,7 +164,7 @@ def one_round(
     """Fill, lease all, ack all: µs inside EVALSHA per task of the lease and the ack phase."""
     keys = asyncio.run(fill(url, topic, n))
     reserve_sha, ack_sha = shas
-    reserve_args = reserve_keys(keys)
+    reserve_args, ack_args = reserve_keys(keys), ack_keys(keys)
     client.config_resetstat()
     batches: list[list[str]] = []
     while True:
@@ -181,7 +181,7 @@ def one_round(
     leased = evalsha_usec(client)
     client.config_resetstat()
     for batch in batches:
-        client.evalsha(ack_sha, 3, keys.prefix, keys.reserved, keys.errors, *batch)
+        client.evalsha(ack_sha, len(ack_args), *ack_args, keys.wake, *batch)
     acked = evalsha_usec(client)
     return leased / n, acked / n
 

@@ -26,6 +26,7 @@ from delayq.errors import (
     Retry,
     UnsupportedRedisError,
 )
+from delayq.limits import RateLimit
 from delayq.queue import Queue
 from delayq.redis.durability import Durability
 from delayq.schedule import Timeline, TimelineWindow, UpcomingPage, UpcomingTask
@@ -53,6 +54,7 @@ __all__ = [
     "NotDurableError",
     "OnConflict",
     "Queue",
+    "RateLimit",
     "RedisAuthError",
     "RedisCommandError",
     "RedisOutOfMemoryError",

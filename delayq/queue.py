@@ -11,6 +11,7 @@ from delayq.consumer import Consumer
 from delayq.controls import TopicControls
 from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
+from delayq.limits import RateLimit, check_max_running
 from delayq.producer import Producer
 from delayq.redis.connection import open_clients
 from delayq.redis.durability import Durability, DurableSender
@@ -146,6 +147,8 @@ class Queue(TopicControls):
         ttr: Duration = 30.0,
         max_attempts: int = 5,
         backoff: Backoff | None = None,
+        rate_limit: str | None = None,
+        max_running: int | None = None,
     ) -> TopicDecorator:
         """Register the decorated ``async def`` handler for topic ``name``.
 
@@ -155,6 +158,10 @@ class Queue(TopicControls):
                 the attempt fails; a worker that died loses the lease and the task is redelivered.
             max_attempts: deliveries before a failing task is dead-lettered.
             backoff: retry delays after a failure (default ``Backoff()``).
+            rate_limit: ``"N/s"``, ``"N/m"`` or ``"N/h"``: at most N task starts in any
+                second, minute or hour, across every worker of the queue.
+            max_running: at most this many of the topic's tasks leased at once, across
+                every worker.  Both are enforced in Redis (see docs/controls.md).
 
         Returns:
             A decorator turning the handler into a :class:`Topic` handle.
@@ -164,6 +171,8 @@ class Queue(TopicControls):
             ttr_ms=to_millis(ttr, name="ttr", allow_zero=False),
             max_attempts=check_max_attempts(max_attempts),
             backoff=backoff or Backoff(),
+            rate_limit=None if rate_limit is None else RateLimit.parse(rate_limit),
+            max_running=None if max_running is None else check_max_running(max_running),
         )
 
         def register(handler: Callable[..., Awaitable[None]]) -> Topic[Any]:

@@ -25,6 +25,7 @@ from delayq.errors import InvalidInputError
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from delayq.limits import RateLimit
     from delayq.task import SendResult, Task
 
 BodyT = TypeVar("BodyT")
@@ -33,11 +34,14 @@ Handler = Callable[..., Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class TopicOptions:
-    """How a topic's tasks are run: lease length, attempt limit and retry backoff."""
+    """How a topic's tasks are run: lease length, attempt limit, retry backoff, and the
+    fleet-wide limits its workers declare (``None``: no limit)."""
 
     ttr_ms: int = 30_000
     max_attempts: int = 5
     backoff: Backoff = field(default_factory=Backoff)
+    rate_limit: RateLimit | None = None
+    max_running: int | None = None
 
 
 MAX_ATTEMPTS_LIMIT = 1_000_000

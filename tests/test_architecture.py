@@ -10,7 +10,7 @@ The layers, from the top (a module may import its own layer and the ones below):
     queue        delayq.queue and the modules it delegates to
     worker       delayq.worker.*
     redis        delayq.redis.*
-    leaves       errors, duration, backoff, ids, codec, task, cancel, topic: anyone may import these
+    leaves       errors, duration, backoff, ids, codec, task, cancel, topic, limits: anyone may import these
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ LEAVES = {
     "delayq.task",
     "delayq.cancel",
     "delayq.topic",
+    "delayq.limits",
 }
 # delayq.cli (and __main__, which runs it) is an extension too: `delayq web` imports
 # delayq.web when it runs (and

@@ -15,6 +15,7 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:slots      STRING counter that numbers new slots
     delayq:{shop:order.close}:seq        STRING fencing-token counter
     delayq:{shop:order.close}:controls   HASH  fleet-wide controls: paused, rate_limit, max_running
+    delayq:{shop:order.close}:starts     HASH  the rate limit's recent leases per sub-window
     delayq:{shop:order.close}:meta       HASH  scheduled -> count of delayed + ready tasks
     delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
     delayq:{shop:*}:wake                 the pattern of every topic's wake channel (long polls)
@@ -94,6 +95,8 @@ class TopicKeys:
     """How many task buckets the topic has (absent: ``BUCKETS_MIN``); see :meth:`bucket`."""
     controls: str
     """The topic's fleet-wide controls (pause, declared limits); absent for a plain topic."""
+    starts: str
+    """The rate limit's count of recent leases (``_controls.lua``)."""
     meta: str
     """The topic's counts kept by the scripts (``_layout.lua``: ``meta_key``)."""
 
@@ -112,6 +115,7 @@ class TopicKeys:
             wake=base + "wake",
             buckets=base + "buckets",
             controls=base + "controls",
+            starts=base + "starts",
             meta=base + "meta",
         )
 

@@ -107,7 +107,14 @@ def send_keys(keys: TopicKeys) -> tuple[str, ...]:
 
 def reserve_keys(keys: TopicKeys) -> tuple[str, ...]:
     """The KEYS of reserve.lua (also for anything that runs it bare)."""
-    return (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq, keys.controls)
+    return (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq,
+            keys.controls, keys.starts)  # fmt: skip
+
+
+def ack_keys(keys: TopicKeys) -> tuple[str, ...]:
+    """The KEYS of ack.lua (also for anything that runs it bare; its ARGV start with the
+    topic's wake channel)."""
+    return (keys.prefix, keys.reserved, keys.errors, keys.controls)
 
 
 SEND_STATUS: dict[int, SendOutcome] = {1: "created", 0: "kept", 2: "replaced", 3: "reserved"}
@@ -286,8 +293,9 @@ class Scripts:
         applied: list[bool] = []
         # Chunks, because Lua's unpack() takes at most ~8,000 values.
         for start in range(0, len(leases), MAX_UNPACK):
-            args = [part for lease in leases[start : start + MAX_UNPACK] for part in lease]
-            reply = await self._run("ack", (keys.prefix, keys.reserved, keys.errors), args)
+            args = [keys.wake]
+            args += (part for lease in leases[start : start + MAX_UNPACK] for part in lease)
+            reply = await self._run("ack", ack_keys(keys), args)
             applied += (bool(_int(flag)) for flag in reply)
         return applied
 
@@ -305,7 +313,7 @@ class Scripts:
         """Run nack.lua. Returns (0 lease lost | 1 rescheduled | 2 dead, due or now ms)."""
         reply = await self._run(
             "nack",
-            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors),
+            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.controls),
             (task_id, token, mode, delay_ms, error, max_attempts, keys.wake),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0

@@ -38,6 +38,7 @@ from delayq.redis.checks import check_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope, Task, from_millis
 from delayq.worker.acker import Acker
+from delayq.worker.declare import declare_limits
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ class Worker:
     async def run(self, *, handle_signals: bool = True) -> None:
         """Consume until :meth:`stop` (or SIGINT/SIGTERM); cancelling it also stops cleanly."""
         await self._wait_for_redis()
+        # Before any lease: the fleet enforces what the last worker to start declared.
+        await declare_limits(self.queue, self.topics)
         try:
             await self.queue.announce(t.name for t in self.topics)
         except DelayqError as exc:

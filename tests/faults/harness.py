@@ -68,6 +68,7 @@ class WorkerProc:
         concurrency, ttr, steps, grace: worker and app settings.
         clock_shift: run with ``time.time`` shifted by this many seconds.
         env: extra environment variables.
+        app: the app the worker runs (default: the recorder).
     """
 
     url: str
@@ -81,6 +82,7 @@ class WorkerProc:
     clock_shift: float | None = None
     topics: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    app: str = "tests.faults.apps.recorder:queue"
     proc: subprocess.Popen[bytes] | None = None
     stderr_path: Path = field(init=False)
 
@@ -93,7 +95,7 @@ class WorkerProc:
             cmd += ["-m", "tests.faults.apps.shifted", str(self.clock_shift), "delayq"]
         else:
             cmd += ["-m", "delayq"]
-        cmd += ["worker", "tests.faults.apps.recorder:queue",
+        cmd += ["worker", self.app,
                 "--concurrency", str(self.concurrency), "--grace", str(self.grace)]  # fmt: skip
         if self.topics:
             cmd += ["--topics", self.topics]

@@ -1,7 +1,7 @@
 """Security: a least-privilege ACL user, and wrong credentials.
 
 The ACL below is the least a delayq user needs: the queue's keys, its wake-up channels, and
-28 commands.  ``test_acl_user_runs_everything_and_needs_every_command`` runs every core
+30 commands.  ``test_acl_user_runs_everything_and_needs_every_command`` runs every core
 operation under it — producer API, dead letters, and a worker process through the CLI —
 and then checks with ``INFO commandstats`` that each allowed command was actually used, so
 the list is both sufficient and minimal for the current scripts (it fails, on purpose,
@@ -16,6 +16,7 @@ Queue names may hold glob characters (``*?[``); escape them with ``\\`` in the p
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 
@@ -35,6 +36,8 @@ ACL_COMMANDS = [
     "time", "type", "zrange", "zadd", "zrem", "zremrangebyrank", "zscore", "zmscore",
     "zcard", "zcount", "hget", "hmget", "hset", "hdel", "hexists", "incrby", "publish",
     "get", "hlen", "exists", "hincrby",
+    # inside the scripts, only for a topic with a rate limit
+    "pexpire",
     # inside the scripts, only when a task bucket splits (a topic of ~100,000 tasks)
     "hgetall", "set", "object|encoding",
 ]  # fmt: skip
@@ -74,7 +77,10 @@ async def test_acl_user_runs_everything_and_needs_every_command(
     url = f"redis://app:app-pw@127.0.0.1:{server.port}/0"
     admin.config_resetstat()
 
-    worker = await spawn_worker(server, url=url, concurrency=5, ttr=5.0).started()
+    # A rate limit and max_running on one topic, so that the worker's reserve uses them too.
+    limits = {OTHER_TOPIC: {"rate_limit": "1000/s", "max_running": 3}}
+    worker = await spawn_worker(server, url=url, concurrency=5, ttr=5.0,
+                                env={"DELAYQ_FAULT_LIMITS": json.dumps(limits)}).started()  # fmt: skip
     queue = Queue.from_url(url, name=queue_name)
     try:
         producer = Producer(queue)
@@ -95,6 +101,7 @@ async def test_acl_user_runs_everything_and_needs_every_command(
         await queue.send_many("crowded", [{}] * 33, delay=3600, task_ids=crowded)
         assert (await queue.get("crowded", crowded[0])) is not None
         assert (await queue.stats())[OTHER_TOPIC].paused
+        assert (await queue.stats())[OTHER_TOPIC].max_running == 3
         await queue.resume(OTHER_TOPIC)
         await queue.send_delayed(WORK_TOPIC, {}, 60, task_id="to-cancel")
         await queue.send_delayed(WORK_TOPIC, {}, 60, task_id="to-move")

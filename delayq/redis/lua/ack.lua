@@ -1,20 +1,25 @@
 #!lua flags=allow-oom
 -- ack.lua: finish a batch of leased tasks (delete them), each only if its lease token still matches.
 -- KEYS[1] prefix of the task buckets (see _layout.lua)   KEYS[2] reserved (ZSET)
--- KEYS[3] errors (HASH)
--- ARGV: id1, token1, id2, token2, ...
+-- KEYS[3] errors (HASH)   KEYS[4] controls (HASH, see _controls.lua)
+-- ARGV[1] wake channel, then id1, token1, id2, token2, ...
 -- Returns: {r1, r2, ...} with 1 for an acked task, 0 where the lease was lost to another worker.
+-- Wakes the topic's workers when one waits for a place under max_running (_controls.lua).
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 --@include _layout
-local prefix, reserved, errors = KEYS[1], KEYS[2], KEYS[3]
+local prefix, reserved, errors, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local channel = ARGV[1]
 local bad = check_types({ [reserved] = 'zset', [errors] = 'hash' }) or load_buckets(prefix)
 if bad then
   return bad
 end
+-- First, so that a controls key of the wrong type fails the call before anything changed
+-- (and in place of a TYPE check: one call a batch, on an absent key for most topics).
+local waiting = redis.call('HDEL', controls, 'full') == 1
 local ids, headers = {}, {}
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   ids[#ids + 1] = ARGV[i]
   headers[#ids] = read_header(prefix, ARGV[i])
 end
@@ -25,7 +30,7 @@ end
 local done, out = {}, {}
 for n, id in ipairs(ids) do
   local raw = headers[n]
-  if raw and header_token(raw) == ARGV[2 * n] and redis.call('ZREM', reserved, id) == 1 then
+  if raw and header_token(raw) == ARGV[2 * n + 1] and redis.call('ZREM', reserved, id) == 1 then
     done[#done + 1] = id
     out[n] = 1
   else
@@ -37,5 +42,8 @@ if #done > 0 then
     delete_task(prefix, id)
   end
   redis.call('HDEL', errors, unpack(done))
+end
+if waiting then
+  redis.call('PUBLISH', channel, 0)  -- a worker waits for a place under max_running
 end
 return out

@@ -2,6 +2,7 @@
 -- nack.lua: end a lease without success: retry later, dead-letter, or release untouched.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)  KEYS[3] reserved (ZSET)  KEYS[4] dead (ZSET)  KEYS[5] errors (HASH)
+-- KEYS[6] controls (HASH, see _controls.lua: a worker waiting under max_running is woken)
 -- ARGV[1] id   ARGV[2] lease token
 -- ARGV[3] mode: 'retry' (failed attempt; dead once attempts reach the limit), 'dead' (no more
 --         attempts, e.g. a body that no longer validates) or 'release' (the attempt never ran:
@@ -13,13 +14,15 @@
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 --@include _layout
+--@include _controls
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local controls = KEYS[6]
 local id, token, mode = ARGV[1], ARGV[2], ARGV[3]
 local delay, err, default_max, channel = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 
 local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
-  [errors] = 'hash', [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash' })
-  or load_buckets(prefix)
+  [errors] = 'hash', [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash',
+  [controls] = 'hash' }) or load_buckets(prefix)
 if bad then
   return bad
 end
@@ -36,6 +39,7 @@ if mode == 'dead' or (mode == 'retry' and e.attempts >= limit) then
     redis.call('HSET', errors, id, err)
   end
   redis.call('ZADD', dead, now, id)
+  place_freed(controls, channel)
   return { 2, now }
 end
 
@@ -47,6 +51,7 @@ end
 wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
 schedule_changed(prefix, wheel, 1)
 redis.call('ZREM', reserved, id)
+place_freed(controls, channel)
 if err ~= '' then
   redis.call('HSET', errors, id, err)
 end

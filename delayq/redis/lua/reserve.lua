@@ -4,6 +4,7 @@
 -- KEYS[2] wheel (ZSET slot -> bound ms)  KEYS[3] reserved (ZSET id -> lease deadline ms)
 -- KEYS[4] dead (ZSET id -> died ms)      KEYS[5] errors (HASH id -> last error)
 -- KEYS[6] seq (STRING, fencing-token counter)   KEYS[7] controls (HASH, see _controls.lua)
+-- KEYS[8] starts (HASH, the rate limit's recent leases, see _controls.lua)
 -- ARGV[1] max tasks to lease   ARGV[2] max expired leases to reclaim
 -- ARGV[3] topic default ttr ms  ARGV[4] topic default max attempts
 -- Returns: {now_us, next_ms, skipped, id1, envelope1, id2, envelope2, ...}
@@ -17,14 +18,17 @@
 --   of attempts, dead-lettered); each envelope
 --   ("attempts,token,max,ttr,enqueued,due,body") carries the new attempt count and the
 --   lease's fencing token.
---   A paused topic leases nothing (expired leases are still reclaimed), and next_ms is then
---   the next lease deadline only: its workers wait for a resume's wake-up.
+--   A topic's controls (_controls.lua) lease fewer: none while paused, at most max_running
+--   leased at once, at most rate_limit leases a window.  next_ms then says when they may
+--   allow one again: the rate limit's next opening; or, while paused or at max_running,
+--   only the next lease deadline (a resume, or the end of a lease, publishes a wake-up).
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 --@include _layout
+--@include _controls
 local prefix, wheel, reserved, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local controls = KEYS[7]
+local controls, starts = KEYS[7], KEYS[8]
 local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
   [errors] = 'hash', [seq] = 'string', [slot_counter(prefix)] = 'string',
   [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)
@@ -32,13 +36,12 @@ if bad then
   return bad
 end
 -- A plain topic has no controls key: one EXISTS a call is all it pays for them.
-local paused = false
+local ctl = nil
 if redis.call('EXISTS', controls) == 1 then
-  bad = check_types({ [controls] = 'hash' })
+  ctl, bad = read_controls(controls, starts)
   if bad then
     return bad
   end
-  paused = redis.call('HEXISTS', controls, 'paused') == 1
 end
 local max_tasks, max_reclaim = tonumber(ARGV[1]), tonumber(ARGV[2])
 local default_ttr, default_max = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -110,9 +113,10 @@ end
 -- redis.call costs microseconds of overhead: the schedule is read and cut slot by slot and
 -- the reserved ZSET written once; only the buckets (one per task) are touched per task.
 local out = { tonumber(clock[1]) * 1000000 + tonumber(clock[2]), -1, skipped }
+local quota = ctl and control_quota(ctl, reserved, starts, now, max_tasks) or max_tasks
 local due, cuts = {}, {}
-if not paused then
-  due, cuts = schedule_due(prefix, wheel, now, max_tasks)
+if quota > 0 then
+  due, cuts = schedule_due(prefix, wheel, now, quota)
 end
 local leased_raw, leased_body = {}, {}
 for i, id in ipairs(due) do
@@ -147,11 +151,21 @@ end
 -- Every due entry left the schedule (leased, dropped or buried); reclaimed leases joined it.
 schedule_changed(prefix, wheel, #requeued / 2 - #due)
 
--- 3. Tell the caller when to look again: the next due task or the next lease to expire
--- (only the latter while paused: a resume wakes the workers).
-local next_due = not paused and schedule_head(prefix, wheel) or nil
-if not paused and not next_due then
+-- 3. Tell the caller when to look again: the next due task or the next lease to expire,
+-- the former no sooner than the topic's controls allow a lease (and not at all while they
+-- wait for a wake-up).
+local next_due = schedule_head(prefix, wheel)
+if not next_due then
   schedule_emptied(prefix)
+end
+if ctl then
+  local leased = (#out - 3) / 2
+  local reopens = control_after(ctl, controls, starts, leased, next_due ~= nil and next_due <= now)
+  if reopens == false then
+    next_due = nil
+  elseif reopens and next_due then
+    next_due = math.max(next_due, reopens)
+  end
 end
 local next_lease = first_lease_deadline(reserved)
 if next_due and next_lease then

@@ -131,12 +131,15 @@ def install(
     max_attempts: int = 50,
     retry_delay: float = 0.1,
     default_steps: list[list[Any]] | None = None,
+    limits: dict[str, dict[str, Any]] | None = None,
 ) -> Recorder:
     """Register the recording handler on ``work`` and ``other`` (plain JSON bodies) and on
-    ``typed`` (an :class:`Order` body) of ``queue``."""
+    ``typed`` (an :class:`Order` body) of ``queue``; ``limits`` adds topic options
+    (``rate_limit``, ``max_running``) by topic name."""
     recorder = Recorder(log_dir, default_steps)
     backoff = Backoff(initial=retry_delay, factor=1.0, max=retry_delay, jitter=0.0)
     options: dict[str, Any] = {"ttr": ttr, "max_attempts": max_attempts, "backoff": backoff}
+    limits = limits or {}
 
     async def work(body: dict[str, Any], task: Task) -> None:
         await recorder.handle(body, task)
@@ -147,9 +150,9 @@ def install(
     async def typed(body: Order, task: Task) -> None:
         await recorder.handle(body.model_dump(), task)
 
-    queue.topic(WORK_TOPIC, **options)(work)
-    queue.topic(OTHER_TOPIC, **options)(other)
-    queue.topic(TYPED_TOPIC, **options)(typed)
+    queue.topic(WORK_TOPIC, **options, **limits.get(WORK_TOPIC, {}))(work)
+    queue.topic(OTHER_TOPIC, **options, **limits.get(OTHER_TOPIC, {}))(other)
+    queue.topic(TYPED_TOPIC, **options, **limits.get(TYPED_TOPIC, {}))(typed)
     return recorder
 
 
@@ -164,5 +167,6 @@ def from_env() -> Queue:
         max_attempts=int(env.get("DELAYQ_FAULT_MAX_ATTEMPTS", "50")),
         retry_delay=float(env.get("DELAYQ_FAULT_RETRY_DELAY", "0.1")),
         default_steps=json.loads(env.get("DELAYQ_FAULT_STEPS", "[]")),
+        limits=json.loads(env.get("DELAYQ_FAULT_LIMITS", "{}")),
     )
     return queue
