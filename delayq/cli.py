@@ -215,14 +215,17 @@ LEFTOVER_TIMEOUT = 1.0
 """How long tasks still running after the command are given to unwind before exit."""
 
 
-def run_and_abandon(main_coro: Coroutine[Any, Any, int]) -> int:
+def run_and_abandon(
+    main_coro: Coroutine[Any, Any, int],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+) -> int:
     """Run ``main_coro`` like ``asyncio.run`` but never wait forever for leftovers.
 
     ``asyncio.run`` cancels the tasks still pending at the end and waits for all of them.
     A handler that swallows cancellation (the worker already released its lease, fenced)
     would then keep the process alive after SIGTERM; we wait a moment and exit anyway.
     """
-    loop = asyncio.new_event_loop()
+    loop = loop_factory()
     try:
         return loop.run_until_complete(main_coro)
     finally:
@@ -239,6 +242,19 @@ def run_and_abandon(main_coro: Coroutine[Any, Any, int]) -> int:
             loop.close()
 
 
+def _loop_factory(command: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's event loop for ``delayq web`` when it is installed (the web extra brings
+    it, as uvicorn would pick it), else asyncio's."""
+    if command == "web":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop
+    return asyncio.new_event_loop
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``delayq`` command. Returns the exit status."""
     parser = build_parser()
@@ -251,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return run_and_abandon(_run(args))
+        return run_and_abandon(_run(args), _loop_factory(args.command))
     except KeyboardInterrupt:
         return 130
     except DelayqError as exc:

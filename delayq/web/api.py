@@ -88,23 +88,29 @@ def only_query(*names: str) -> Callable[[Request], Awaitable[None]]:
     return check
 
 
+def authorize(tokens: Tokens, scope: Scope, credentials: str | None) -> frozenset[str]:
+    """The scopes granted to a request that presented bearer ``credentials`` (None: no
+    bearer token), if they include ``scope``; else the 401 or 403 to answer."""
+    if tokens.anonymous_read:
+        if scope == "read":
+            return frozenset({"read"})
+        raise ApiProblem(403, "forbidden", "read-only: no token is configured for writes")
+    if credentials is None:
+        raise ApiProblem(401, "unauthorized", "a bearer token is required")
+    granted = tokens.scopes_of(credentials)
+    if not granted:
+        raise ApiProblem(401, "unauthorized", "unknown token")
+    if scope not in granted:
+        raise ApiProblem(403, "forbidden", f"this token lacks the {scope!r} scope")
+    return granted
+
+
 def authorizer(tokens: Tokens) -> Callable[[Scope], Check]:
     """``require(scope)``: a dependency that lets a request through only with ``scope``."""
 
     def require(scope: Scope) -> Check:
         async def check(credentials: Credentials) -> frozenset[str]:
-            if tokens.anonymous_read:
-                if scope == "read":
-                    return frozenset({"read"})
-                raise ApiProblem(403, "forbidden", "read-only: no token is configured for writes")
-            if credentials is None:
-                raise ApiProblem(401, "unauthorized", "a bearer token is required")
-            granted = tokens.scopes_of(credentials.credentials)
-            if not granted:
-                raise ApiProblem(401, "unauthorized", "unknown token")
-            if scope not in granted:
-                raise ApiProblem(403, "forbidden", f"this token lacks the {scope!r} scope")
-            return granted
+            return authorize(tokens, scope, credentials.credentials if credentials else None)
 
         return check
 

@@ -35,6 +35,8 @@ from delayq.errors import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from fastapi import FastAPI, Request
 
 log = logging.getLogger("delayq.web")
@@ -102,56 +104,66 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 """Declared on every route, so the OpenAPI document lists each error a route can give."""
 
 
-def _whole_body(request: Request, problem: str) -> ApiError:
+def whole_body(content_type: str, problem: str) -> ApiError:
     """The error for a request body that is not a JSON object (``field`` is None: no field
     of it is at fault)."""
-    kind = request.headers.get("content-type", "")
-    if "json" not in kind:
-        problem = f"send the request body as JSON with Content-Type: application/json, not {kind!r}"
+    if "json" not in content_type:
+        problem = f"send the request body as JSON with Content-Type: application/json, not {content_type!r}"
     return ApiError(error="invalid_input", message=f"request body: {problem}", field=None)
+
+
+def invalid_request(errors: Sequence[Any], content_type: str) -> JSONResponse:
+    """The 422 for pydantic's errors about a request, located FastAPI's way (``body``,
+    ``query`` or ``path`` first): the first error, naming its field."""
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    loc = [str(part) for part in first.get("loc", ())]
+    if loc[:1] == ["body"] and (len(loc) == 1 or first.get("type") == "json_invalid"):
+        # The request body as a whole: not JSON, or not an object.
+        return _response(422, whole_body(content_type, str(first.get("msg"))))
+    field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
+    message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
+    return _response(422, ApiError(error="invalid_input", message=message, field=field))
+
+
+def response_for(exc: Exception, content_type: str = "") -> JSONResponse:
+    """The answer to an exception an endpoint raised.
+
+    Raises:
+        Exception: ``exc`` itself when it is none of the API's (a bug: the server's 500).
+    """
+    if isinstance(exc, ApiProblem):
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return _response(exc.status, exc.body, headers)
+    if isinstance(exc, RequestValidationError):
+        return invalid_request(exc.errors(), content_type)
+    if isinstance(exc, HTTPException):
+        if exc.status_code == 400:  # FastAPI's "error parsing the body" (not UTF-8...)
+            return _response(422, whole_body(content_type, str(exc.detail)))
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        body = ApiError(error=codes.get(exc.status_code, "error"), message=str(exc.detail))
+        return _response(exc.status_code, body, getattr(exc, "headers", None))
+    if isinstance(exc, LeaseLostError):
+        return _response(409, ApiError(error="conflict", message=str(exc)))
+    if isinstance(exc, InvalidInputError):
+        return _response(422, ApiError(error="invalid_input", message=str(exc)))
+    if isinstance(exc, REDIS_SIDE):
+        log.warning("answering 503: %s", exc)
+        body = ApiError(error="unavailable", message=f"{type(exc).__name__}: {exc}")
+        return _response(503, body, {"Retry-After": "1"})
+    if isinstance(exc, DelayqError):
+        log.error("answering 500: %s", exc, exc_info=exc)
+        return _response(500, ApiError(error="internal", message=type(exc).__name__))
+    raise exc
+
+
+REDIS_SIDE = (RedisUnavailableError, RedisAuthError, RedisOutOfMemoryError, NotDurableError)
 
 
 def install(app: FastAPI) -> None:
     """Answer every failure of ``app`` with an :class:`ApiError`."""
 
-    @app.exception_handler(ApiProblem)
-    async def problem(_request: Request, exc: ApiProblem) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return _response(exc.status, exc.body, headers)
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        return response_for(exc, request.headers.get("content-type", ""))
 
-    @app.exception_handler(RequestValidationError)
-    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        loc = [str(part) for part in first.get("loc", ())]
-        if loc == ["body"]:  # the request body as a whole: not JSON, or not an object
-            return _response(422, _whole_body(request, str(first.get("msg"))))
-        field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
-        message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
-        return _response(422, ApiError(error="invalid_input", message=message, field=field))
-
-    @app.exception_handler(HTTPException)
-    async def http(request: Request, exc: HTTPException) -> JSONResponse:
-        if exc.status_code == 400:  # FastAPI's "error parsing the body" (not UTF-8...)
-            return _response(422, _whole_body(request, str(exc.detail)))
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
-        code = codes.get(exc.status_code, "error")
-        body = ApiError(error=code, message=str(exc.detail))
-        return _response(exc.status_code, body, getattr(exc, "headers", None))
-
-    @app.exception_handler(LeaseLostError)
-    async def lease_lost(_request: Request, exc: LeaseLostError) -> JSONResponse:
-        return _response(409, ApiError(error="conflict", message=str(exc)))
-
-    @app.exception_handler(InvalidInputError)
-    async def invalid_input(_request: Request, exc: InvalidInputError) -> JSONResponse:
-        return _response(422, ApiError(error="invalid_input", message=str(exc)))
-
-    @app.exception_handler(DelayqError)
-    async def unavailable(_request: Request, exc: DelayqError) -> JSONResponse:
-        redis_side = (RedisUnavailableError, RedisAuthError, RedisOutOfMemoryError, NotDurableError)
-        if isinstance(exc, redis_side):
-            log.warning("answering 503: %s", exc)
-            body = ApiError(error="unavailable", message=f"{type(exc).__name__}: {exc}")
-            return _response(503, body, {"Retry-After": "1"})
-        log.error("answering 500: %s", exc, exc_info=exc)
-        return _response(500, ApiError(error="internal", message=type(exc).__name__))
+    for kind in (ApiProblem, RequestValidationError, HTTPException, DelayqError):
+        app.add_exception_handler(kind, handle)

@@ -1,0 +1,250 @@
+"""The HTTP API's two throughput targets, measured beside the Python API in one run.
+
+1. **send**: ``POST /api/topics/{t}/tasks`` one task per request from a local HTTP client,
+   against ``queue.send_delayed`` awaited one by one in the same rounds (the enqueue
+   scenario's call).  The HTTP client sends over 1 keep-alive connection one request at
+   a time, and over ``--connections`` (50) connections at once; each is reported as a
+   fraction of the Python rate of the same round.
+2. **reserve -> ack**: ``--drain`` ready tasks, one HTTP consumer with ``--connections``
+   connections, each looping ``POST .../reserve {"max": --batch}`` then one
+   ``POST /api/leases/{token}/ack`` per task: tasks acked per second.
+3. with ``--million``: what the dashboard's topic page asks of a topic of 1,000,000
+   delayed tasks (the topic row, a 60-window timeline, 20 upcoming tasks, 20 dead
+   letters), as request latency through the API.
+
+Everything runs on this machine: a private ``redis-server``, one ``delayq web`` process
+(uvicorn, access log off), and this process as the client (a minimal HTTP/1.1 client on
+asyncio streams, so that the client's own cost stays far below the server's).  Rounds
+alternate which side goes first; medians are reported.
+
+    .venv/bin/python -m benchmarks.web --rounds 5 [--million]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import delayq
+from benchmarks.common import emit, percentile
+from delayq import Queue
+from tests.redis_server import RedisServer, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "bench-token-0123456789abcdef"
+
+
+class Http:
+    """One keep-alive HTTP/1.1 connection: a request, then its whole response."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Http:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def call(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        status = int(lines[0].split()[1])
+        length = 0
+        for line in lines[1:]:
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        return status, await self.reader.readexactly(length) if length else b""
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def python_sends(queue: Queue, topic: str, n: int) -> float:
+    started = time.perf_counter()
+    for i in range(n):
+        await queue.send_delayed(topic, {"i": i}, delay=3600)
+    return n / (time.perf_counter() - started)
+
+
+async def http_sends(port: int, topic: str, n: int, connections: int) -> float:
+    conns = [await Http.open(port) for _ in range(connections)]
+    bodies = [json.dumps({"body": {"i": i}, "delay": 3600}).encode() for i in range(n)]
+    path = f"/api/topics/{topic}/tasks"
+    next_index = 0
+
+    async def loop(conn: Http) -> None:
+        nonlocal next_index
+        while next_index < n:
+            body = bodies[next_index]
+            next_index += 1
+            status, reply = await conn.call("POST", path, body)
+            assert status == 201, reply
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(c) for c in conns))
+    rate = n / (time.perf_counter() - started)
+    for c in conns:
+        c.close()
+    return rate
+
+
+async def http_drain(port: int, topic: str, n: int, connections: int, batch: int) -> float:
+    conns = [await Http.open(port) for _ in range(connections)]
+    acked = 0
+    request = json.dumps({"max": batch}).encode()
+
+    async def loop(conn: Http) -> None:
+        nonlocal acked
+        while acked < n:
+            status, reply = await conn.call("POST", f"/api/topics/{topic}/reserve", request)
+            assert status == 200, reply
+            tasks = json.loads(reply)["tasks"]
+            if not tasks:
+                return
+            for task in tasks:
+                status, reply = await conn.call("POST", f"/api/leases/{task['lease_token']}/ack")
+                assert status == 204, reply
+                acked += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(c) for c in conns))
+    rate = acked / (time.perf_counter() - started)
+    for c in conns:
+        c.close()
+    assert acked == n, (acked, n)
+    return rate
+
+
+async def topic_page(port: int, queue: Queue, size: int, samples: int) -> dict[str, Any]:
+    """Latency of the topic page's four requests on a topic of ``size`` delayed tasks."""
+    topic = "million"
+    batch = 1000
+    # Due times spread evenly over the next day, so that the day's hourly windows hold
+    # ~42,000 tasks each (estimated) and the hour's minute windows ~700 (counted).
+    for start in range(0, size, batch * 20):
+        await asyncio.gather(*(
+            queue.send_many(
+                topic, [{"n": 1}] * batch,
+                delay=[60 + (first + i) * 86_400 / size for i in range(batch)],
+            )
+            for first in range(start, min(size, start + batch * 20), batch)
+        ))  # fmt: skip
+    conn = await Http.open(port)
+    paths = {
+        "topic": f"/api/topics/{topic}",
+        "timeline": f"/api/topics/{topic}/timeline?window=60&windows=60",
+        "timeline_day": f"/api/topics/{topic}/timeline?window=3600&windows=24",
+        "upcoming": f"/api/topics/{topic}/upcoming?limit=20",
+        "dead": f"/api/topics/{topic}/dead?limit=20",
+    }
+    result: dict[str, Any] = {"page_tasks": (await queue.stats([topic]))[topic].delayed}
+    for name, path in paths.items():
+        times = []
+        for _ in range(samples):
+            before = time.perf_counter()
+            status, reply = await conn.call("GET", path)
+            times.append((time.perf_counter() - before) * 1000)
+            assert status == 200, reply
+        result[f"page_{name}_p50_ms"] = round(percentile(times, 50), 2)
+        result[f"page_{name}_p99_ms"] = round(percentile(times, 99), 2)
+    conn.close()
+    return result
+
+
+async def measure(args: argparse.Namespace, url: str, port: int, name: str) -> dict[str, Any]:
+    queue = Queue.from_url(url, name=name)
+    rates: dict[str, list[float]] = {"python": [], "http_1": [], "http_many": [], "drain": []}
+    try:
+        await queue.send("warm", {})  # connect, load the scripts
+        await http_sends(port, "warm", 200, 4)
+        for round_no in range(args.rounds):
+            tag = uuid.uuid4().hex[:6]
+            order = ["python", "http"] if round_no % 2 == 0 else ["http", "python"]
+            for side in order:
+                if side == "python":
+                    rates["python"].append(await python_sends(queue, f"py-{tag}", args.n))
+                else:
+                    rates["http_1"].append(await http_sends(port, f"h1-{tag}", args.n, 1))
+                    rates["http_many"].append(
+                        await http_sends(port, f"hn-{tag}", args.n, args.connections)
+                    )
+            await queue.send_many(f"d-{tag}", [{"i": i} for i in range(args.drain)])
+            rates["drain"].append(
+                await http_drain(port, f"d-{tag}", args.drain, args.connections, args.batch)
+            )
+        result: dict[str, Any] = {
+            f"{key}_per_s": round(statistics.median(values)) for key, values in rates.items()
+        }
+        result |= {f"{key}_rounds": [round(v) for v in values] for key, values in rates.items()}
+        per_round = zip(rates["python"], rates["http_1"], rates["http_many"], strict=True)
+        ratios = [(one / py, many / py) for py, one, many in per_round]
+        result["ratio_http_1"] = round(statistics.median(r[0] for r in ratios), 3)
+        result["ratio_http_many"] = round(statistics.median(r[1] for r in ratios), 3)
+        if args.million:
+            result |= await topic_page(port, queue, 1_000_000, 50)
+        return result
+    finally:
+        await queue.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.web")
+    parser.add_argument("--n", type=int, default=3000, help="sends per side per round")
+    parser.add_argument("--drain", type=int, default=5000, help="tasks reserved and acked")
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--batch", type=int, default=10, help="max tasks per reserve")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--million", action="store_true", help="also the 1M-task topic page")
+    parser.add_argument("--pretty", action="store_true")
+    args = parser.parse_args()
+    port = free_port()
+    name = f"web{uuid.uuid4().hex[:6]}"
+    with RedisServer() as redis_server, tempfile.TemporaryDirectory() as tmp:
+        tokens = Path(tmp) / "tokens"
+        tokens.write_text(f"admin {TOKEN}\n")
+        server = subprocess.Popen(
+            [sys.executable, "-m", "delayq", "--log-level", "WARNING", "web", "--url",
+             redis_server.url, "--name", name, "--port", str(port), "--token-file", str(tokens),
+             "--no-access-log"],
+            cwd=ROOT,
+        )  # fmt: skip
+        try:
+            _wait_for(port)
+            result = asyncio.run(measure(args, redis_server.url, port, name))
+        finally:
+            server.terminate()
+            server.wait(20)
+    result |= {
+        "n": args.n, "drain": args.drain, "connections": args.connections, "batch": args.batch,
+        "rounds": args.rounds, "delayq": delayq.__version__,
+    }  # fmt: skip
+    emit(result, pretty=args.pretty)
+
+
+def _wait_for(port: int) -> None:
+    import socket
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError("delayq web did not start")
+
+
+if __name__ == "__main__":
+    main()
