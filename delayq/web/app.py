@@ -43,7 +43,7 @@ def create_app(
             leaves every request to FastAPI, e.g. to compare.
     """
     tokens = tokens if tokens is not None else Tokens()
-    app = FastAPI(
+    app = DelayqApp(
         title=title,
         version=delayq.__version__,
         openapi_url="/api/openapi.json",
@@ -55,11 +55,40 @@ def create_app(
     api = Api(queue, tokens)
     app.include_router(api.router())
     dashboard.install(app)
-    if fast_lane:
-        app.add_middleware(FastLane, api=api)
-    app.add_middleware(BodyLimit, limit=queue.max_body_bytes + BODY_MARGIN)
+    limit = queue.max_body_bytes + BODY_MARGIN
+    app.add_middleware(BodyLimit, limit=limit)
     app.add_middleware(EncodedSlashes)
+    if fast_lane:
+        app.fast_lane = FastLane(api, limit)
     return app
+
+
+class DelayqApp(FastAPI):
+    """FastAPI, with :mod:`delayq.web.fast` in front: the per-task routes are answered
+    before FastAPI's middleware stack and router are entered; everything else goes on."""
+
+    fast_lane: FastLane | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lane = self.fast_lane
+        if lane is not None and scope["type"] == "http":
+            route = lane.route(keep_encoded_slashes(scope))
+            if route is not None:
+                await lane.answer(route, scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def keep_encoded_slashes(scope: Scope) -> Scope:
+    """``scope`` with ``%2F`` in its path kept as :data:`~delayq.web.api.SLASH` (see
+    :class:`EncodedSlashes`)."""
+    raw = scope.get("raw_path")
+    if raw and b"%2f" in raw.lower():
+        # Some servers (and httpx's ASGI transport) leave the query on raw_path.
+        text = raw.split(b"?", 1)[0].decode("latin-1")
+        text = text.replace("%2F", "%1F").replace("%2f", "%1F")
+        return dict(scope, path=unquote(text))
+    return scope
 
 
 class EncodedSlashes:
@@ -72,12 +101,8 @@ class EncodedSlashes:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        raw = scope.get("raw_path") if scope["type"] == "http" else None
-        if raw and b"%2f" in raw.lower():
-            # Some servers (and httpx's ASGI transport) leave the query on raw_path.
-            text = raw.split(b"?", 1)[0].decode("latin-1")
-            text = text.replace("%2F", "%1F").replace("%2f", "%1F")
-            scope = dict(scope, path=unquote(text))
+        if scope["type"] == "http":
+            scope = keep_encoded_slashes(scope)
         await self.app(scope, receive, send)
 
 

@@ -2,62 +2,102 @@
 FastAPI's per-request machinery.
 
 ``POST /api/topics/{topic}/tasks``, ``.../reserve`` and ``/api/leases/{token}/ack|nack|
-extend`` are the API's hot path: one request per task.  Through FastAPI, routing,
-dependency solving and the middleware stack cost several times what the send itself does
-(a profile of ``POST .../tasks``: ~75% of the server's time), and the HTTP send rate was
-0.19x Python's ``send_delayed`` (``benchmarks/web.py``).  This ASGI layer answers those
-five routes itself, running what FastAPI would: the same token check
-(:func:`~delayq.web.api.authorize`), the same refusal of query parameters, the same
-pydantic models validating the same parsed JSON, the same endpoint methods of
-:class:`~delayq.web.api.Api`, and the same error mapping
+extend`` are the API's hot path: one request per task.  Through FastAPI (routing,
+dependency solving, its middleware stack) a ``POST .../tasks`` cost the server several
+times what a bare ASGI app sending the same task did, and the HTTP send rate was 0.19x
+Python's ``send_delayed`` (``benchmarks/web.py``).  The app (:class:`~delayq.web.app.
+DelayqApp`) hands these five routes to this module before FastAPI sees them, and it runs
+what FastAPI would: the same token check (:func:`~delayq.web.api.authorize`), the same
+refusal of query parameters, the same pydantic models validating the same parsed JSON,
+the same endpoint methods of :class:`~delayq.web.api.Api`, and the same error mapping
 (:func:`~delayq.web.errors.response_for`).  The FastAPI routes stay: they give the
-OpenAPI document, and every other request goes to them.  ``tests/web/test_fast.py``
-sends the same requests, good and bad, through both and compares the answers.
+OpenAPI document and serve every other request.  ``tests/web/test_fast.py`` sends the
+same requests, good and bad, through both and compares the answers.
 """
 
 from __future__ import annotations
 
 import email.message
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 
 from delayq.web import errors
 from delayq.web.api import authorize
 from delayq.web.models import ExtendRequest, NackRequest, ReserveRequest, SendRequest
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import Receive, Scope, Send
 
     from delayq.web.api import Api
     from delayq.web.auth import Scope as TokenScope
 
+log = logging.getLogger("delayq.web")
+JSON_TYPE = [(b"content-type", b"application/json")]
+_SCOPES: dict[str, TokenScope] = {
+    "send": "produce", "reserve": "consume", "ack": "consume", "nack": "consume",
+    "extend": "consume",
+}  # fmt: skip
+
 
 class FastLane:
-    """ASGI middleware answering the hot routes of ``api`` (see the module's docstring)."""
+    """Answers the hot routes of ``api`` (see the module's docstring).
 
-    def __init__(self, app: ASGIApp, api: Api) -> None:
-        self.app = app
+    Args:
+        api: the endpoints.
+        limit: the largest request body accepted (as :class:`~delayq.web.app.BodyLimit`).
+    """
+
+    def __init__(self, api: Api, limit: int) -> None:
         self.api = api
+        self.limit = limit
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route = _route(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if route is None:
-            await self.app(scope, receive, send)
-            return
-        kind, segment = route
+    def route(self, scope: Scope) -> tuple[str, str, Scope] | None:
+        """(which route, its path segment, the scope) for a hot route, else None."""
+        if scope["method"] != "POST":
+            return None
+        path: str = scope["path"]
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        parts = path.split("/")
+        if len(parts) != 5 or parts[0] or parts[1] != "api" or not parts[3]:
+            return None
+        kind = parts[4]
+        if parts[2] == "topics" and kind in ("tasks", "reserve"):
+            return ("send" if kind == "tasks" else kind), parts[3], scope
+        if parts[2] == "leases" and kind in ("ack", "nack", "extend"):
+            return kind, parts[3], scope
+        return None
+
+    async def answer(
+        self, route: tuple[str, str, Scope], _outer: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Answer the request, as FastAPI would have."""
+        kind, segment, scope = route
         headers = dict(scope["headers"])
         content_type = headers.get(b"content-type", b"").decode("latin-1")
         try:
-            response = await self._answer(kind, segment, scope, receive, headers, content_type)
-        except Exception as exc:  # what FastAPI's exception handlers would answer
-            response = errors.response_for(exc, content_type)
-        await response(scope, receive, send)
+            status, body = await self._reply(kind, segment, scope, receive, headers, content_type)
+        except Exception as exc:
+            try:
+                response = errors.response_for(exc, content_type)
+            except Exception:
+                log.exception("unexpected error answering %s %s", scope["method"], scope["path"])
+                response = errors.response_for(errors.ApiProblem(500, "internal", "internal error"))
+            await response(scope, receive, send)
+            return
+        start: dict[str, Any] = {"type": "http.response.start", "status": status}
+        if body:
+            start["headers"] = [*JSON_TYPE, (b"content-length", b"%d" % len(body))]
+        await send(start)
+        await send({"type": "http.response.body", "body": body})
 
-    async def _answer(
+    async def _reply(
         self,
         kind: str,
         segment: str,
@@ -65,54 +105,30 @@ class FastLane:
         receive: Receive,
         headers: dict[bytes, bytes],
         content_type: str,
-    ) -> Response:
+    ) -> tuple[int, bytes]:
         api = self.api
         authorize(api.tokens, _SCOPES[kind], _bearer(headers.get(b"authorization")))
         query = scope.get("query_string", b"")
         if query:
             key = query.split(b"&", 1)[0].split(b"=", 1)[0].decode("latin-1")
             raise errors.invalid(f"unknown query parameter {key!r}", key)
-        raw = await _body(receive)
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            raise HTTPException(413, f"request body over {self.limit} bytes")
+        raw = await _body(receive, self.limit)
+        reply: BaseModel | None
         if kind == "send":
-            request = _parse(SendRequest, raw, True, content_type)
-            reply: BaseModel | None = await api.send(segment, request)
+            reply = await api.send(segment, _parse(SendRequest, raw, True, content_type))
         elif kind == "reserve":
             reply = await api.reserve(segment, _parse(ReserveRequest, raw, False, content_type))
         elif kind == "ack":
             await api.ack(segment)
-            reply = None
+            return 204, b""
         elif kind == "nack":
             reply = await api.nack(segment, _parse(NackRequest, raw, False, content_type))
         else:
             reply = await api.extend(segment, _parse(ExtendRequest, raw, True, content_type))
-        if reply is None:
-            return Response(status_code=204)
-        status = 201 if kind == "send" else 200
-        return Response(reply.model_dump_json(), status_code=status, media_type="application/json")
-
-
-_SCOPES: dict[str, TokenScope] = {
-    "send": "produce", "reserve": "consume", "ack": "consume", "nack": "consume",
-    "extend": "consume",
-}  # fmt: skip
-
-
-def _route(scope: Scope) -> tuple[str, str] | None:
-    """(which route, its path segment) when the request is for a hot route, else None."""
-    path: str = scope["path"]
-    root = scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root) :]
-    parts = path.split("/")
-    if len(parts) != 5 or parts[0] or parts[1] != "api" or not parts[3]:
-        return None
-    if parts[2] == "topics" and parts[4] == "tasks":
-        return "send", parts[3]
-    if parts[2] == "topics" and parts[4] == "reserve":
-        return "reserve", parts[3]
-    if parts[2] == "leases" and parts[4] in ("ack", "nack", "extend"):
-        return parts[4], parts[3]
-    return None
+        return (201 if kind == "send" else 200), reply.model_dump_json().encode()
 
 
 def _bearer(header: bytes | None) -> str | None:
@@ -129,6 +145,8 @@ def _bearer(header: bytes | None) -> str | None:
 def _is_json(content_type: str) -> bool:
     """Whether FastAPI reads a body of this type as JSON: ``application/json`` or
     ``application/*+json`` (and not a body without a type: its strict default)."""
+    if content_type == "application/json":
+        return True
     if not content_type:
         return False
     message = email.message.Message()
@@ -139,11 +157,16 @@ def _is_json(content_type: str) -> bool:
     )
 
 
-async def _body(receive: Receive) -> bytes:
+async def _body(receive: Receive, limit: int) -> bytes:
     chunks = []
+    size = 0
     while True:
         message = await receive()
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"request body over {limit} bytes")
+        chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
 
