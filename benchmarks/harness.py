@@ -43,7 +43,7 @@ from benchmarks.common import (
     KEY_READY,
     parse_result,
 )
-from benchmarks.peers import DEV_GROUP, PEERS
+from benchmarks.peers import DEV_GROUP, PEERS, RUNNABLE
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / "benchmarks"
@@ -123,7 +123,7 @@ class RedisServer:
 
 def interpreter(lib: str) -> Path:
     """The Python that runs ``lib``'s adapter: its group's venv, or the dev interpreter."""
-    group = PEERS[lib]
+    group = RUNNABLE[lib]
     return Path(sys.executable) if group == DEV_GROUP else VENVS_DIR / group / "bin" / "python"
 
 
@@ -360,7 +360,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--quick", action="store_true", help="small counts, 1 round (< 1 min/library)"
     )
     parser.add_argument("--rounds", type=int, help="rounds (default 3, or 1 with --quick)")
-    parser.add_argument("--only", help=f"comma-separated libraries (default: {','.join(PEERS)})")
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated libraries (default: {','.join(PEERS)}; "
+        f"also: {','.join(RUNNABLE.keys() - PEERS.keys())})",
+    )
     parser.add_argument(
         "--scenarios",
         help=f"comma-separated scenarios (default: {','.join(DEFAULT_SCENARIOS)}; also: scale)",
@@ -376,7 +380,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--list-venvs", action="store_true", help="print the virtualenv groups this run needs, exit"
     )
     args = parser.parse_args(argv)
-    args.libs = _pick(args.only, list(PEERS), "library")
+    args.libs = _pick(args.only, list(RUNNABLE), "library", list(PEERS))
     args.scenarios = _pick(args.scenarios, list(scenarios.SCENARIOS), "scenario", DEFAULT_SCENARIOS)
     args.rounds = args.rounds or (1 if args.quick else 3)
     return args
@@ -396,7 +400,7 @@ def _pick(
 
 def venv_groups(args: argparse.Namespace) -> list[str]:
     """Virtualenv groups needed by this run (``scripts/bench`` creates them)."""
-    groups = dict.fromkeys(PEERS[lib] for lib in args.libs if PEERS[lib] != DEV_GROUP)
+    groups = dict.fromkeys(RUNNABLE[lib] for lib in args.libs if RUNNABLE[lib] != DEV_GROUP)
     if not args.no_chart:
         groups[PLOT_GROUP] = None
     return list(groups)

@@ -18,6 +18,7 @@ from delayq.errors import (
     InvalidInputError,
     InvalidNameError,
     LeaseLostError,
+    LifespanError,
     NotDurableError,
     RedisAuthError,
     RedisCommandError,
@@ -26,11 +27,12 @@ from delayq.errors import (
     Retry,
     UnsupportedRedisError,
 )
+from delayq.hooks import CallNext, Middleware
 from delayq.limits import RateLimit
 from delayq.queue import Queue
 from delayq.redis.durability import Durability
 from delayq.schedule import Timeline, TimelineWindow, UpcomingPage, UpcomingTask
-from delayq.task import SendOutcome, SendResult, Task, TaskInfo, TaskState, TopicStats
+from delayq.task import Outcome, SendOutcome, SendResult, Task, TaskInfo, TaskState, TopicStats
 from delayq.topic import OnConflict, Topic
 from delayq.worker import Worker
 
@@ -41,6 +43,7 @@ __all__ = [
     "Backoff",
     "BodyTooLargeError",
     "BodyValidationError",
+    "CallNext",
     "Consumer",
     "DelayqError",
     "Durability",
@@ -50,9 +53,12 @@ __all__ = [
     "InvalidNameError",
     "LeaseLostError",
     "LeasedTask",
+    "LifespanError",
+    "Middleware",
     "NackResult",
     "NotDurableError",
     "OnConflict",
+    "Outcome",
     "Queue",
     "RateLimit",
     "RedisAuthError",

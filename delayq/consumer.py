@@ -32,7 +32,8 @@ from delayq.errors import InvalidDurationError, InvalidInputError, LeaseLostErro
 from delayq.redis.keys import check_task_id, check_topic, wake_pattern
 from delayq.redis.wakeup import Signal, WakeupHub
 from delayq.task import Envelope, from_millis
-from delayq.worker.runner import IDLE_RECHECK, MAX_BATCH, MAX_ERROR_CHARS, MAX_RECLAIM, log_skipped
+from delayq.worker.execution import MAX_ERROR_CHARS
+from delayq.worker.runner import IDLE_RECHECK, MAX_BATCH, MAX_RECLAIM, log_skipped
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -16,6 +16,7 @@ The tree::
     ├── NotDurableError                      a durable send is stored, but too few replicas confirmed it
     ├── LeaseLostError                       Task.extend after the lease was lost (acks/nacks: logged)
     ├── AppImportError                       `delayq worker module:attr` could not load a Queue
+    ├── LifespanError                        the queue's lifespan raised as a worker entered it
     └── Retry                                raised by a handler to ask for a retry after a delay
 """
 
@@ -137,6 +138,12 @@ class LeaseLostError(DelayqError):
 
 class AppImportError(DelayqError):
     """Raised by the CLI when ``module:attribute`` does not name an importable ``Queue``."""
+
+
+class LifespanError(DelayqError):
+    """Raised by a worker's ``run`` (and ``Queue.worker``) when the queue's lifespan raised
+    on entry: the worker stops before leasing anything.  The lifespan's own exception is
+    the ``__cause__``."""
 
 
 class Retry(DelayqError):

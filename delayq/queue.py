@@ -1,41 +1,42 @@
-"""Queue: the Redis connection, the producer API and the ``@queue.topic`` registry."""
+"""Queue: the Redis connection, the producer API and the management calls; the
+``@queue.topic`` registry and its hooks come from :class:`~delayq.registry.HandlerRegistry`."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any, Self
 
-from delayq.backoff import Backoff
 from delayq.codec import DEFAULT_MAX_BODY_BYTES
 from delayq.consumer import Consumer
 from delayq.controls import TopicControls
 from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
-from delayq.limits import RateLimit, check_max_running
 from delayq.producer import Producer
 from delayq.redis.connection import open_clients
 from delayq.redis.durability import Durability, DurableSender
 from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
 from delayq.redis.scripts import Scripts
 from delayq.redis.translate import redis_errors
+from delayq.registry import HandlerRegistry
 from delayq.schedule import Timeline, UpcomingPage, timeline, upcoming
 from delayq.task import SendResult, TaskInfo, TopicStats, from_millis, stored_task_info
-from delayq.topic import Topic, TopicDecorator, TopicOptions, check_max_attempts
+from delayq.topic import Topic, TopicOptions
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable, Sequence
+    from collections.abc import Iterable, Sequence
     from datetime import datetime
     from types import TracebackType
 
     from pydantic import TypeAdapter
     from redis.asyncio import Redis
 
+    from delayq.hooks import Lifespan, Middleware
     from delayq.topic import OnConflict
 
 log = logging.getLogger("delayq")
 
 
-class Queue(TopicControls):
+class Queue(HandlerRegistry, TopicControls):
     """A named delay queue on one Redis.
 
     Args:
@@ -75,6 +76,8 @@ class Queue(TopicControls):
         self.durability = durability
         self._durable = DurableSender(redis, durability) if durability else None
         self.topics: dict[str, Topic[Any]] = {}
+        self.middlewares: list[Middleware] = []
+        self.lifespan_factory: Lifespan | None = None
         self._keys: dict[str, TopicKeys] = {}
         self._owns_client = False
         self._use_scripts(Scripts(redis))
@@ -138,53 +141,7 @@ class Queue(TopicControls):
     ) -> None:
         await self.close()
 
-    # -- registry ---------------------------------------------------------------------------
-
-    def topic(
-        self,
-        name: str,
-        *,
-        ttr: Duration = 30.0,
-        max_attempts: int = 5,
-        backoff: Backoff | None = None,
-        rate_limit: str | None = None,
-        max_running: int | None = None,
-    ) -> TopicDecorator:
-        """Register the decorated ``async def`` handler for topic ``name``.
-
-        Args:
-            name: the topic; one handler per topic per queue.
-            ttr: lease length (time to run); a handler still running then is cancelled and
-                the attempt fails; a worker that died loses the lease and the task is redelivered.
-            max_attempts: deliveries before a failing task is dead-lettered.
-            backoff: retry delays after a failure (default ``Backoff()``).
-            rate_limit: ``"N/s"``, ``"N/m"`` or ``"N/h"``: at most N task starts in any
-                second, minute or hour, across every worker of the queue.
-            max_running: at most this many of the topic's tasks leased at once, across
-                every worker.  Both are enforced in Redis (see docs/controls.md).
-
-        Returns:
-            A decorator turning the handler into a :class:`Topic` handle.
-        """
-        check_topic(name)
-        options = TopicOptions(
-            ttr_ms=to_millis(ttr, name="ttr", allow_zero=False),
-            max_attempts=check_max_attempts(max_attempts),
-            backoff=backoff or Backoff(),
-            rate_limit=None if rate_limit is None else RateLimit.parse(rate_limit),
-            max_running=None if max_running is None else check_max_running(max_running),
-        )
-
-        def register(handler: Callable[..., Awaitable[None]]) -> Topic[Any]:
-            if name in self.topics:
-                raise InvalidInputError(
-                    f"topic {name!r} already has a handler in queue {self.name!r}"
-                )
-            handle: Topic[Any] = Topic(self, name, handler, options)
-            self.topics[name] = handle
-            return handle
-
-        return TopicDecorator(register)
+    # -- registry: topic, lifespan, middleware (HandlerRegistry) -------------------------
 
     def keys(self, topic: str) -> TopicKeys:
         """The Redis key names of ``topic`` (validated)."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict
+from typing_extensions import TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -37,6 +38,11 @@ class SendResult(str):
         result = super().__new__(cls, task_id)
         result.outcome = outcome
         return result
+
+
+OutcomeKind = Literal["acked", "retried", "dead"]
+StateT = TypeVar("StateT", default=Any)
+"""What the queue's lifespan yields; ``Task`` alone means ``Task[Any]``."""
 
 
 def from_millis(millis: int) -> datetime:
@@ -127,8 +133,11 @@ class TopicStats(BaseModel):
     """The cap on its leased tasks that its workers enforce, as the last worker to start declared it."""
 
 
-class Task:
+class Task(Generic[StateT]):
     """What a handler learns about the delivery it is running, and its lease.
+
+    Generic in the type of what the queue's lifespan yields: annotate the handler's
+    parameter ``Task[Resources]`` and ``task.state`` is a ``Resources`` to mypy.
 
     Attributes:
         id: the task id (your business key when you sent one).
@@ -139,6 +148,7 @@ class Task:
         enqueued_at: when it was sent, on Redis's clock.
         ttr: the lease length in seconds.
         token: the lease's fencing token (ack/nack/extend carry it).
+        state: what the queue's lifespan yielded in this worker (``None`` without one).
     """
 
     __slots__ = (
@@ -148,6 +158,7 @@ class Task:
         "enqueued_at",
         "id",
         "max_attempts",
+        "state",
         "token",
         "topic",
         "ttr",
@@ -165,6 +176,7 @@ class Task:
         ttr: float,
         token: str,
         extend: Callable[[float], Awaitable[None]],
+        state: StateT = None,  # type: ignore[assignment]  # None when there is no lifespan
     ) -> None:
         self.id = id
         self.topic = topic
@@ -175,6 +187,7 @@ class Task:
         self.ttr = ttr
         self.token = token
         self._extend = extend
+        self.state = state
 
     async def extend(self, seconds: float) -> None:
         """Make the lease end ``seconds`` from now (it is never shortened), for long work.
@@ -189,6 +202,28 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task(topic={self.topic!r}, id={self.id!r}, attempt={self.attempt})"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one delivery, as a worker reports it to its ``on_outcome`` hook.
+
+    Attributes:
+        topic: the topic.
+        task_id: the task id.
+        attempt: the delivery's attempt number (1 on the first).
+        outcome: ``"acked"`` (done and deleted), ``"retried"`` (failed, due again later) or
+            ``"dead"`` (failed for the last time, or its body can never be handled).
+        error: the failure recorded as the task's last error, ``None`` when acked.
+        due_at: when the delivery was due, on Redis's clock.
+    """
+
+    topic: str
+    task_id: str
+    attempt: int
+    outcome: OutcomeKind
+    error: str | None
+    due_at: datetime
 
 
 def stored_task_info(

@@ -136,13 +136,13 @@ class Topic(Generic[BodyT]):
         self.name = name
         self.handler = handler
         self.options = options
-        self.adapter, self._takes_task = body_adapter(handler)
+        self.adapter, self.takes_task = body_adapter(handler)
         self.__doc__ = handler.__doc__
         self.__wrapped__ = handler
 
     async def __call__(self, body: BodyT, task: Task) -> None:
         """Run the handler directly (as the worker does), e.g. from a test."""
-        if self._takes_task:
+        if self.takes_task:
             await self.handler(body, task)
         else:
             await self.handler(body)

@@ -10,7 +10,8 @@ The layers, from the top (a module may import its own layer and the ones below):
     queue        delayq.queue and the modules it delegates to
     worker       delayq.worker.*
     redis        delayq.redis.*
-    leaves       errors, duration, backoff, ids, codec, task, cancel, topic, limits: anyone may import these
+    leaves       errors, duration, backoff, ids, codec, task, cancel, topic, limits, hooks:
+                 anyone may import these
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ LEAVES = {
     "delayq.cancel",
     "delayq.topic",
     "delayq.limits",
+    "delayq.hooks",
 }
 # delayq.cli (and __main__, which runs it) is an extension too: `delayq web` imports
 # delayq.web when it runs (and

@@ -514,7 +514,7 @@ async def test_a_delivery_whose_lease_ran_out_before_it_started_is_not_run(
     assert delivery.expired
     me = asyncio.current_task()
     assert me is not None
-    await worker._execute(delivery, me)
+    await worker._executor.execute(delivery, me)
     info = await queue.get("job", task_id)
     assert info is not None and info.last_error is not None
     assert info.last_error.startswith("TTRExceeded: the lease ran out before")

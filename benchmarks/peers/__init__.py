@@ -21,3 +21,12 @@ PEERS: dict[str, str] = {
 
 #: Group name that means "the dev interpreter", not a benchmark virtualenv.
 DEV_GROUP = "dev"
+
+#: delayq configurations measured beside delayq on request (``--only delayq,delayq_hooks``),
+#: never in a default run: library -> virtualenv group, like ``PEERS``.
+VARIANTS: dict[str, str] = {
+    "delayq_hooks": "dev",  # a lifespan and two no-op middlewares (benchmarks/peers/delayq_hooks.py)
+}
+
+#: Everything ``--only`` may name.
+RUNNABLE: dict[str, str] = PEERS | VARIANTS

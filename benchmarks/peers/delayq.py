@@ -42,8 +42,12 @@ class DelayqPeer(Peer):
             "reserve_batch_max": MAX_BATCH,
         }
 
+    def build(self, redis_url: str) -> Queue:
+        """The queue this peer sends to and serves (subclasses add hooks to it)."""
+        return build(redis_url)
+
     async def open(self, redis_url: str) -> None:
-        self.queue = build(redis_url)
+        self.queue = self.build(redis_url)
 
     async def close(self) -> None:
         if self.queue is not None:
@@ -61,7 +65,7 @@ class DelayqPeer(Peer):
         await self.queue.send_many(tasks[0].name, bodies, delay=delays, batch_size=BULK_BATCH)
 
     async def serve(self, redis_url: str, concurrency: int, stop: asyncio.Event) -> None:
-        queue = build(redis_url)
+        queue = self.build(redis_url)
         try:
             worker = Worker(queue, concurrency=concurrency, grace=1.0)
             await run_until(worker.run(handle_signals=False), stop)

@@ -4,9 +4,11 @@ batched acks, and a two-stage graceful stop.
 Shape of a running worker (one asyncio.TaskGroup)::
 
     Wakeup ──sets──▶ per-topic event ──▶ fetch loop (one per topic) ──reserve.lua──▶ buffer
-    buffer ──▶ `concurrency` consumers ──▶ handler ──▶ Acker (ack.lua, batched) | nack.lua
+    buffer ──▶ `concurrency` consumers ──▶ Executor: middleware ▶ handler ──▶ Acker | nack.lua
 
-A consumer frees its slot once its ack is queued, so the next reserve travels with the
+The queue's lifespan is entered around all of it.  Running a delivery (its chain of
+middleware and handler, the TTR, recording the outcome) is :mod:`delayq.worker.execution`'s
+job.  A consumer frees its slot once its ack is queued, so the next reserve travels with the
 acks' flush rather than a round trip after it.
 
 A fetch loop never polls: it sleeps until the next due time or lease deadline that
@@ -21,31 +23,29 @@ import logging
 import signal
 from typing import TYPE_CHECKING, Any
 
-from delayq.cancel import cancel_all, cancelled_from_outside, first_of, raise_if_cancelling
-from delayq.codec import decode_body
-from delayq.duration import Duration, to_millis, to_seconds
+from delayq.cancel import cancel_all, first_of, raise_if_cancelling
+from delayq.duration import Duration, to_seconds
 from delayq.errors import (
-    BodyTooLargeError,
-    BodyValidationError,
     DelayqError,
     InvalidInputError,
-    LeaseLostError,
+    LifespanError,
     RedisUnavailableError,
-    Retry,
     UnsupportedRedisError,
 )
+from delayq.hooks import lifespan_context
 from delayq.redis.checks import check_server
 from delayq.redis.wakeup import Wakeup
-from delayq.task import Envelope, Task, from_millis
-from delayq.worker.acker import Acker
+from delayq.task import Envelope
+from delayq.worker.chain import build_chain
 from delayq.worker.declare import declare_limits
+from delayq.worker.execution import Executor
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import AsyncIterator, Callable, Iterable
 
     from delayq.redis.keys import TopicKeys
-    from delayq.redis.scripts import NackMode
+    from delayq.task import Outcome
     from delayq.topic import Topic
     from delayq.worker.source import TaskSource
 
@@ -58,7 +58,6 @@ MAX_RECLAIM = 100
 IDLE_RECHECK = 2.0
 """Longest sleep of an idle fetch loop.  Precision comes from due times and wake-ups; this
 only bounds the damage of a silently dead pub/sub connection."""
-MAX_ERROR_CHARS = 2000
 MAX_LOGGED_IDS = 10
 SKIP_REASONS = {
     "missing": "dropped: scheduled or leased, but the stored task is missing (a send whose "
@@ -78,6 +77,9 @@ class Worker:
         concurrency: most handlers running at once.
         topics: names of registered topics to consume (default: all).
         grace: on stop, how long running handlers may finish before being cancelled.
+        on_outcome: called with the :class:`~delayq.task.Outcome` of every delivery this
+            worker acked, retried or dead-lettered (a hook for tests and metrics; it must
+            not block, and an exception it raises is logged).
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class Worker:
         concurrency: int = 50,
         topics: Iterable[str] | None = None,
         grace: Duration = 10.0,
+        on_outcome: Callable[[Outcome], None] | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidInputError(f"concurrency must be a positive int, got {concurrency!r}")
@@ -110,7 +113,12 @@ class Worker:
         self._running = 0
         self._idle = asyncio.Event()
         self._wakeup = Wakeup(queue.redis, [queue.keys(t.name).wake for t in self.topics])
-        self._acker = Acker(queue.scripts, self._acked, limit=concurrency)
+        # Each topic's chain of middleware is composed here, once, not per task.
+        chains = {t.name: build_chain(t, queue.middlewares) for t in self.topics}
+        self._executor = Executor(
+            queue.scripts, chains, self._deadlines, self._held,
+            max_body_bytes=queue.max_body_bytes, ack_limit=concurrency, on_outcome=on_outcome,
+        )  # fmt: skip
 
     def stop(self) -> None:
         """Stop reserving and shut down gracefully (idempotent).  A second call skips the grace."""
@@ -130,15 +138,47 @@ class Worker:
         return len(self._held)
 
     async def run(self, *, handle_signals: bool = True) -> None:
-        """Consume until :meth:`stop` (or SIGINT/SIGTERM); cancelling it also stops cleanly."""
-        await self._wait_for_redis()
-        # Before any lease: the fleet enforces what the last worker to start declared.
-        await declare_limits(self.queue, self.topics)
+        """Consume until :meth:`stop` (or SIGINT/SIGTERM); cancelling it also stops cleanly.
+
+        Raises:
+            LifespanError: the queue's lifespan raised on entry (nothing was leased).
+            UnsupportedRedisError: the server is older than Redis 7.0.
+        """
+        async with self._lifespan():
+            await self._wait_for_redis()
+            # Before any lease: the fleet enforces what the last worker to start declared.
+            await declare_limits(self.queue, self.topics)
+            try:
+                await self.queue.announce(t.name for t in self.topics)
+            except DelayqError as exc:
+                # The topic set only feeds stats(); consuming must not depend on it.
+                log.warning("could not record topics for stats: %s", exc)
+            await self._consume_until_stopped(handle_signals)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self) -> AsyncIterator[None]:
+        """Hold the queue's lifespan, if any, around the whole run: its value becomes every
+        Task's ``state``; it is left after the last handler finished."""
+        lifespan = self.queue.lifespan_factory
+        if lifespan is None:
+            yield
+            return
+        entered = False
         try:
-            await self.queue.announce(t.name for t in self.topics)
-        except DelayqError as exc:
-            # The topic set only feeds stats(); consuming must not depend on it.
-            log.warning("could not record topics for stats: %s", exc)
+            async with lifespan_context(lifespan) as state:
+                entered = True
+                self._executor.state = state
+                yield
+        except Exception as exc:
+            if entered:
+                raise
+            name = getattr(lifespan, "__qualname__", repr(lifespan))
+            raise LifespanError(
+                f"the queue's lifespan {name} raised on entry, so the worker did not start: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    async def _consume_until_stopped(self, handle_signals: bool) -> None:
         loop = asyncio.get_running_loop()
         signals = self._install_signals(loop) if handle_signals else []
         log.info(
@@ -152,7 +192,7 @@ class Worker:
         try:
             async with asyncio.TaskGroup() as group:
                 wakeup = group.create_task(self._wakeup.run(), name="delayq-wakeup")
-                acker = group.create_task(self._acker.run(), name="delayq-acker")
+                acker = group.create_task(self._executor.acker.run(), name="delayq-acker")
                 fetchers = [group.create_task(self._fetch(t)) for t in self.topics]
                 await self._stopping.wait()
                 await self._shutdown(fetchers, consumers, acker)
@@ -263,7 +303,7 @@ class Worker:
             self._running += 1
             self._idle.clear()
             try:
-                await self._execute(delivery, me)
+                await self._executor.execute(delivery, me)
             except Exception:
                 # A bug of ours must not take the worker down; the lease expires and the
                 # task is redelivered.
@@ -276,116 +316,6 @@ class Worker:
                     self._idle.set()
                 self._slots.give(1)
             raise_if_cancelling()
-
-    async def _execute(self, d: Delivery, me: asyncio.Task[Any]) -> None:
-        topic, envelope = d.topic, d.envelope
-        if d.expired:
-            # Leased, then left in the buffer past its deadline (a handler blocked the
-            # loop): another worker may run it soon, so this one must not start.
-            error = "TTRExceeded: the lease ran out before the handler started"
-            await self._nack(d, "retry", self._backoff_ms(d), error)
-            return
-        try:
-            body = decode_body(topic.name, envelope.body, topic.adapter, self.queue.max_body_bytes)
-        except (BodyValidationError, BodyTooLargeError) as exc:
-            self._deadlines.done(d)
-            # No attempt can succeed with this body: dead at once (_nack logs it).
-            await self._nack(d, "dead", 0, f"{type(exc).__name__}: {exc}")
-            return
-        task = Task(
-            id=d.task_id, topic=topic.name, attempt=envelope.attempts,
-            max_attempts=envelope.max_attempts or topic.options.max_attempts,
-            due_at=from_millis(envelope.due_ms), enqueued_at=from_millis(envelope.enqueued_ms),
-            ttr=(envelope.ttr_ms or topic.options.ttr_ms) / 1000, token=envelope.token,
-            extend=lambda seconds: self._extend(d, seconds),
-        )  # fmt: skip
-        try:
-            await self._run_handler(d, body, task, me)
-        except Retry as retry:
-            await self._retry(d, retry)
-        except asyncio.CancelledError as exc:
-            if cancelled_from_outside():
-                raise
-            # The handler raised CancelledError itself (e.g. from a cancelled inner task):
-            # that is its failure, not ours to stop on.
-            await self._nack(d, "retry", self._backoff_ms(d), f"CancelledError: {exc}")
-        except BaseException as exc:
-            if isinstance(exc, TimeoutError) and d.expired:
-                error = f"TTRExceeded: handler still running after its {task.ttr:g}s lease"
-            else:
-                error = f"{type(exc).__name__}: {exc}"
-                log.warning(
-                    "handler for %s/%s failed: %s", topic.name, d.task_id, error, exc_info=exc
-                )
-            await self._nack(d, "retry", self._backoff_ms(d), error)
-        else:
-            # The slot is free once the ack is queued (see Acker); _acked ends the delivery.
-            self._acker.submit(d)
-            await self._acker.room()
-
-    async def _run_handler(self, d: Delivery, body: Any, task: Task, me: asyncio.Task[Any]) -> None:
-        """Run ``d``'s handler in ``me`` (this task); TimeoutError once its lease runs out."""
-        self._deadlines.watch(d, me)
-        try:
-            await d.topic(body, task)
-        except asyncio.CancelledError as exc:
-            if self._deadlines.done(d):
-                raise TimeoutError from exc
-            raise
-        finally:
-            self._deadlines.done(d)
-
-    def _acked(self, d: Delivery, acked: bool) -> None:
-        self._held.pop((d.topic.name, d.task_id), None)
-        if not acked:
-            log.warning("ack of %s/%s refused: its lease was lost", d.topic.name, d.task_id)
-
-    @staticmethod
-    def _backoff_ms(d: Delivery) -> int:
-        return to_millis(d.topic.options.backoff.delay(d.envelope.attempts), name="backoff")
-
-    async def _retry(self, d: Delivery, retry: Retry) -> None:
-        error = f"Retry: {retry.reason}" if retry.reason else "Retry: requested by the handler"
-        if retry.delay is None:
-            delay_ms = self._backoff_ms(d)
-        else:
-            try:
-                delay_ms = to_millis(retry.delay, name="Retry.delay")
-            except InvalidInputError as exc:
-                log.warning(
-                    "%s/%s raised Retry with %s; using the backoff", d.topic.name, d.task_id, exc
-                )
-                delay_ms, error = self._backoff_ms(d), f"{type(exc).__name__}: {exc}"
-        await self._nack(d, "retry", delay_ms, error)
-
-    async def _nack(self, d: Delivery, mode: NackMode, delay_ms: int, error: str) -> None:
-        try:
-            outcome, _ = await self.queue.scripts.nack(
-                d.keys, d.task_id, d.envelope.token, mode=mode, delay_ms=delay_ms,
-                error=error[:MAX_ERROR_CHARS], max_attempts=d.topic.options.max_attempts,
-            )  # fmt: skip
-        except DelayqError as exc:
-            # The lease stays in Redis and expires: the task is redelivered, not lost.
-            log.warning("could not record the outcome of %s/%s (%s)", d.topic.name, d.task_id, exc)
-            return
-        self._held.pop((d.topic.name, d.task_id), None)
-        if outcome == 0 and mode == "release":
-            # Usually an ack that landed while we were stopping: nothing to hand back.
-            log.debug("nothing to release for %s/%s", d.topic.name, d.task_id)
-        elif outcome == 0:
-            log.warning("%s of %s/%s refused: its lease was lost", mode, d.topic.name, d.task_id)
-        elif outcome == 2:
-            log.warning("dead-lettered %s/%s: %s", d.topic.name, d.task_id, error)
-
-    async def _extend(self, d: Delivery, seconds: float) -> None:
-        ms = to_millis(seconds, name="seconds", allow_zero=False)
-        # Measured from before the call, like the lease itself, so the handler's timeout
-        # still precedes the new end of the lease in Redis.
-        sent = asyncio.get_running_loop().time()
-        deadline = await self.queue.scripts.extend(d.keys, d.task_id, d.envelope.token, ms)
-        if not deadline:
-            raise LeaseLostError(f"lease of {d.topic.name}/{d.task_id} was lost")
-        self._deadlines.extend(d, local_deadline(sent, ms))
 
     # -- stopping ---------------------------------------------------------------------------
 
@@ -407,14 +337,14 @@ class Worker:
             await first_of(self._idle, self._grace_over, within=self.grace)
         # 4. Cancel what still runs; its leases are released in run()'s finally.
         await cancel_all(consumers, within=STOP_TIMEOUT)
-        self._acker.close()
+        self._executor.acker.close()
         await acker
 
     async def _release(self, deliveries: list[Delivery], reason: str) -> None:
         if not deliveries:
             return
         log.info("releasing %d task(s): %s", len(deliveries), reason)
-        await asyncio.gather(*(self._nack(d, "release", 0, "") for d in deliveries))
+        await asyncio.gather(*(self._executor.nack(d, "release", 0, "") for d in deliveries))
 
 
 def log_skipped(topic: str, skipped: list[tuple[str, str]]) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
     from redis.asyncio import Redis
 
+    from delayq.hooks import Lifespan, Middleware
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
     from delayq.topic import Topic
@@ -28,6 +29,15 @@ class TaskSource(Protocol):
     @property
     def topics(self) -> Mapping[str, Topic[Any]]:
         """The registered topics, by name."""
+
+    @property
+    def middlewares(self) -> Sequence[Middleware]:
+        """The middleware around every handler, outermost first."""
+
+    @property
+    def lifespan_factory(self) -> Lifespan | None:
+        """The registered lifespan: what a worker enters before its first lease and leaves
+        after its last handler."""
 
     @property
     def max_body_bytes(self) -> int:

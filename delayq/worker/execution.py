@@ -1,0 +1,219 @@
+"""Running one delivery: its body, its Task, its topic's chain under the TTR deadline, and
+recording how it ended (a batched ack, or nack.lua for a retry or a dead letter).
+
+Cancellation is the delicate part.  A delivery's chain (middleware and handler) runs in a
+consumer task, which two things may cancel: the delivery's deadline (:class:`Deadlines`,
+at its TTR) and the worker's stop.  Code in the chain may catch ``CancelledError`` and
+return, as if it had finished.  So the outcome is not read from how the chain ended alone:
+
+* the deadline fired (``Deadlines.done`` says whether it was the cause): the attempt failed
+  with ``TTRExceeded``, whether the chain raised, returned or turned the cancel into
+  another exception;
+* the worker is stopping (the consumer was cancelled from outside): the delivery is not
+  acked, whatever the chain did, and the cancel goes on up; the worker then hands the
+  lease back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from delayq.cancel import cancelled_from_outside
+from delayq.codec import decode_body
+from delayq.duration import to_millis
+from delayq.errors import (
+    BodyTooLargeError,
+    BodyValidationError,
+    DelayqError,
+    InvalidInputError,
+    LeaseLostError,
+    Retry,
+)
+from delayq.task import Outcome, Task, from_millis
+from delayq.worker.acker import Acker
+from delayq.worker.lease import local_deadline
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from delayq.redis.scripts import NackMode, Scripts
+    from delayq.task import OutcomeKind
+    from delayq.worker.chain import Call
+    from delayq.worker.lease import Deadlines, Delivery
+
+log = logging.getLogger("delayq.worker")
+
+MAX_ERROR_CHARS = 2000
+NACK_OUTCOMES: dict[int, OutcomeKind] = {1: "retried", 2: "dead"}
+"""nack.lua's codes for a recorded failure, as outcomes (0, a lost lease, reports none)."""
+
+
+class Executor:
+    """Runs deliveries through their topic's chain and records their outcomes.
+
+    Args:
+        scripts: runs nack.lua and extend.lua (acks go through the :class:`Acker`).
+        chains: the call of each topic, by name (see :mod:`delayq.worker.chain`).
+        deadlines: the worker's lease deadlines.
+        held: the worker's deliveries by (topic, id); a recorded outcome removes one.
+        max_body_bytes: the largest body a handler is given.
+        ack_limit: acks queued or in flight before finished handlers wait.
+        on_outcome: called with each delivery's :class:`Outcome`, if given.
+    """
+
+    def __init__(
+        self,
+        scripts: Scripts,
+        chains: Mapping[str, Call],
+        deadlines: Deadlines,
+        held: dict[tuple[str, str], Delivery],
+        *,
+        max_body_bytes: int,
+        ack_limit: int,
+        on_outcome: Callable[[Outcome], None] | None = None,
+    ) -> None:
+        self._scripts = scripts
+        self._chains = chains
+        self._deadlines = deadlines
+        self._held = held
+        self._max_body_bytes = max_body_bytes
+        self._on_outcome = on_outcome
+        self.acker = Acker(scripts, self._acked, limit=ack_limit)
+        self.state: Any = None
+        """What the queue's lifespan yielded (every Task's ``state``)."""
+
+    async def execute(self, d: Delivery, me: asyncio.Task[Any]) -> None:
+        """Run ``d`` in ``me`` (the current task) and record its outcome."""
+        topic, envelope = d.topic, d.envelope
+        if d.expired:
+            # Leased, then left in the buffer past its deadline (a handler blocked the
+            # loop): another worker may run it soon, so this one must not start.
+            error = "TTRExceeded: the lease ran out before the handler started"
+            await self.nack(d, "retry", self._backoff_ms(d), error)
+            return
+        try:
+            body = decode_body(topic.name, envelope.body, topic.adapter, self._max_body_bytes)
+        except (BodyValidationError, BodyTooLargeError) as exc:
+            self._deadlines.done(d)
+            # No attempt can succeed with this body: dead at once (nack logs it).
+            await self.nack(d, "dead", 0, f"{type(exc).__name__}: {exc}")
+            return
+        task: Task[Any] = Task(
+            id=d.task_id, topic=topic.name, attempt=envelope.attempts,
+            max_attempts=envelope.max_attempts or topic.options.max_attempts,
+            due_at=from_millis(envelope.due_ms), enqueued_at=from_millis(envelope.enqueued_ms),
+            ttr=(envelope.ttr_ms or topic.options.ttr_ms) / 1000, token=envelope.token,
+            extend=lambda seconds: self._extend(d, seconds), state=self.state,
+        )  # fmt: skip
+        try:
+            await self._run(d, body, task, me)
+        except Retry as retry:
+            await self._retry(d, retry)
+        except asyncio.CancelledError as exc:
+            if cancelled_from_outside():
+                raise
+            # The handler raised CancelledError itself (e.g. from a cancelled inner task):
+            # that is its failure, not ours to stop on.
+            await self.nack(d, "retry", self._backoff_ms(d), f"CancelledError: {exc}")
+        except BaseException as exc:
+            if isinstance(exc, TimeoutError) and d.expired:
+                error = f"TTRExceeded: handler still running after its {task.ttr:g}s lease"
+            else:
+                error = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "handler for %s/%s failed: %s", topic.name, d.task_id, error, exc_info=exc
+                )
+            await self.nack(d, "retry", self._backoff_ms(d), error)
+        else:
+            # The slot is free once the ack is queued (see Acker); _acked ends the delivery.
+            self.acker.submit(d)
+            await self.acker.room()
+
+    async def _run(self, d: Delivery, body: Any, task: Task[Any], me: asyncio.Task[Any]) -> None:
+        """Run ``d``'s chain in ``me``.
+
+        Raises:
+            TimeoutError: ``d``'s deadline cancelled the chain, whatever the chain then did.
+            asyncio.CancelledError: the worker is stopping, also when the chain returned.
+        """
+        self._deadlines.watch(d, me)
+        try:
+            await self._chains[d.topic.name](body, task)
+        except BaseException as exc:
+            if self._deadlines.done(d):
+                raise TimeoutError from exc
+            raise
+        if self._deadlines.done(d):
+            raise TimeoutError  # the chain swallowed the deadline's cancel: it did not finish
+        if cancelled_from_outside():
+            raise asyncio.CancelledError  # it swallowed the worker's stop: not done either
+
+    def _acked(self, d: Delivery, acked: bool) -> None:
+        self._held.pop((d.topic.name, d.task_id), None)
+        if not acked:
+            log.warning("ack of %s/%s refused: its lease was lost", d.topic.name, d.task_id)
+        elif self._on_outcome is not None:
+            self._report(d, "acked", None)
+
+    def _report(self, d: Delivery, outcome: OutcomeKind, error: str | None) -> None:
+        assert self._on_outcome is not None
+        due_at = from_millis(d.envelope.due_ms)
+        try:
+            self._on_outcome(
+                Outcome(d.topic.name, d.task_id, d.envelope.attempts, outcome, error, due_at)
+            )
+        except Exception:
+            log.exception("on_outcome hook failed for %s/%s", d.topic.name, d.task_id)
+
+    @staticmethod
+    def _backoff_ms(d: Delivery) -> int:
+        return to_millis(d.topic.options.backoff.delay(d.envelope.attempts), name="backoff")
+
+    async def _retry(self, d: Delivery, retry: Retry) -> None:
+        error = f"Retry: {retry.reason}" if retry.reason else "Retry: requested by the handler"
+        if retry.delay is None:
+            delay_ms = self._backoff_ms(d)
+        else:
+            try:
+                delay_ms = to_millis(retry.delay, name="Retry.delay")
+            except InvalidInputError as exc:
+                log.warning(
+                    "%s/%s raised Retry with %s; using the backoff", d.topic.name, d.task_id, exc
+                )
+                delay_ms, error = self._backoff_ms(d), f"{type(exc).__name__}: {exc}"
+        await self.nack(d, "retry", delay_ms, error)
+
+    async def nack(self, d: Delivery, mode: NackMode, delay_ms: int, error: str) -> None:
+        """Record a failed attempt (``retry``, ``dead``) or hand the lease back (``release``)."""
+        error = error[:MAX_ERROR_CHARS]
+        try:
+            outcome, _ = await self._scripts.nack(
+                d.keys, d.task_id, d.envelope.token, mode=mode, delay_ms=delay_ms,
+                error=error, max_attempts=d.topic.options.max_attempts,
+            )  # fmt: skip
+        except DelayqError as exc:
+            # The lease stays in Redis and expires: the task is redelivered, not lost.
+            log.warning("could not record the outcome of %s/%s (%s)", d.topic.name, d.task_id, exc)
+            return
+        self._held.pop((d.topic.name, d.task_id), None)
+        if outcome == 0 and mode == "release":
+            # Usually an ack that landed while we were stopping: nothing to hand back.
+            log.debug("nothing to release for %s/%s", d.topic.name, d.task_id)
+        elif outcome == 0:
+            log.warning("%s of %s/%s refused: its lease was lost", mode, d.topic.name, d.task_id)
+        elif outcome == 2:
+            log.warning("dead-lettered %s/%s: %s", d.topic.name, d.task_id, error)
+        if self._on_outcome is not None and mode != "release" and outcome in NACK_OUTCOMES:
+            self._report(d, NACK_OUTCOMES[outcome], error)
+
+    async def _extend(self, d: Delivery, seconds: float) -> None:
+        ms = to_millis(seconds, name="seconds", allow_zero=False)
+        # Measured from before the call, like the lease itself, so the handler's timeout
+        # still precedes the new end of the lease in Redis.
+        sent = asyncio.get_running_loop().time()
+        deadline = await self._scripts.extend(d.keys, d.task_id, d.envelope.token, ms)
+        if not deadline:
+            raise LeaseLostError(f"lease of {d.topic.name}/{d.task_id} was lost")
+        self._deadlines.extend(d, local_deadline(sent, ms))
