@@ -20,7 +20,7 @@ from delayq.redis.keys import check_task_id, topics_key
 from delayq.redis.scripts import SEND_STATUS
 from delayq.redis.translate import redis_errors
 from delayq.task import SendResult, from_millis
-from delayq.topic import check_on_conflict, task_overrides
+from delayq.topic import check_on_conflict, check_priority, task_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -85,18 +85,20 @@ class Producer:
         ttr: Duration | None,
         max_attempts: int | None,
         on_conflict: OnConflict = "keep",
+        priority: int = 0,
     ) -> SendResult:
         """Send one task due ``value_ms`` from now, or at Unix ms ``value_ms`` (``absolute``)."""
         keys = self._keys(topic)
         task_id = new_task_id() if task_id is None else check_task_id(task_id)
         ttr_ms, attempts = task_overrides(ttr, max_attempts)
         replace = check_on_conflict(on_conflict)
+        priority = check_priority(priority)
         data = encode_body(topic, body, self._adapter(topic), self._max_body_bytes)
         try:
             status, when = await self.scripts.send(
                 keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
                 ttr_ms=ttr_ms, body=data, tolerance_ms=self._past_tolerance_ms,
-                replace=replace, durable=self._durable,
+                replace=replace, priority=priority, durable=self._durable,
             )  # fmt: skip
         except NotDurableError:
             await self.announce_quietly(topic)  # the task is stored
@@ -116,6 +118,7 @@ class Producer:
         ttr: Duration | None,
         max_attempts: int | None,
         batch_size: int,
+        priority: int = 0,
     ) -> list[str]:
         """Send many tasks to one topic, a script call per batch (see ``Queue.send_many``)."""
         keys = self._keys(topic)
@@ -138,6 +141,7 @@ class Producer:
                 f"batch_size must be an int in [1, {MAX_BATCH_SIZE}], got {batch_size!r}"
             )
         ttr_ms, attempts = task_overrides(ttr, max_attempts)
+        priority = check_priority(priority)
         adapter = self._adapter(topic)
         delays_ms = [to_millis(one_delay, name="delay") for one_delay in delays]
         encoded = [encode_body(topic, body, adapter, self._max_body_bytes) for body in items]
@@ -152,6 +156,7 @@ class Producer:
         send = functools.partial(
             self.scripts.send_many, keys,
             max_attempts=attempts, ttr_ms=ttr_ms, tolerance_ms=self._past_tolerance_ms,
+            priority=priority,
         )  # fmt: skip
         if self._durable is None:
             await send_overlapped(send, batches)

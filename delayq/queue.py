@@ -175,6 +175,7 @@ class Queue(HandlerRegistry, TopicControls):
         ttr: Duration | None = None,
         max_attempts: int | None = None,
         on_conflict: OnConflict = "keep",
+        priority: int = 0,
     ) -> SendResult:
         """Send a task that becomes due ``delay`` after Redis receives it (Redis's clock).
 
@@ -191,6 +192,7 @@ class Queue(HandlerRegistry, TopicControls):
             on_conflict: ``"keep"`` (default) leaves a live task with this id as it is;
                 ``"replace"`` gives a delayed or ready one this body, due time and options
                 in one atomic step (debounce), but leaves a reserved (running) one alone.
+            priority: among due tasks of the topic, higher runs first (default 0).
 
         Returns:
             The task id, a ``str`` whose ``outcome`` says what happened: ``"created"``,
@@ -204,7 +206,7 @@ class Queue(HandlerRegistry, TopicControls):
         """
         value_ms = to_millis(delay, name="delay")
         return await self._producer.send(
-            topic, body, False, value_ms, task_id, ttr, max_attempts, on_conflict
+            topic, body, False, value_ms, task_id, ttr, max_attempts, on_conflict, priority
         )
 
     async def send_many(
@@ -217,6 +219,7 @@ class Queue(HandlerRegistry, TopicControls):
         ttr: Duration | None = None,
         max_attempts: int | None = None,
         batch_size: int = 500,
+        priority: int = 0,
     ) -> list[str]:
         """Send many tasks to one topic with one round trip per batch.
 
@@ -234,6 +237,7 @@ class Queue(HandlerRegistry, TopicControls):
             ttr: lease length override for every task.
             max_attempts: attempt limit override for every task.
             batch_size: tasks per script call (bounds how long Redis is busy with one call).
+            priority: the priority of every task (see :meth:`send_delayed`).
 
         Returns:
             The task ids, in the order of ``bodies``.
@@ -244,7 +248,7 @@ class Queue(HandlerRegistry, TopicControls):
         """
         return await self._producer.send_many(
             topic, bodies, delay=delay, task_ids=task_ids, ttr=ttr,
-            max_attempts=max_attempts, batch_size=batch_size,
+            max_attempts=max_attempts, batch_size=batch_size, priority=priority,
         )  # fmt: skip
 
     async def send_at(
@@ -257,6 +261,7 @@ class Queue(HandlerRegistry, TopicControls):
         ttr: Duration | None = None,
         max_attempts: int | None = None,
         on_conflict: OnConflict = "keep",
+        priority: int = 0,
     ) -> SendResult:
         """Send a task due at the aware datetime ``at``.
 
@@ -266,7 +271,7 @@ class Queue(HandlerRegistry, TopicControls):
         """
         value_ms = to_epoch_millis(at)
         return await self._producer.send(
-            topic, body, True, value_ms, task_id, ttr, max_attempts, on_conflict
+            topic, body, True, value_ms, task_id, ttr, max_attempts, on_conflict, priority
         )
 
     def _adapter(self, topic: str) -> TypeAdapter[Any] | None:

@@ -29,6 +29,7 @@ MAX_WINDOWS = 240
 EXACT_SLOTS = 16
 """Whole schedule slots a timeline window counts one by one; past that it samples as many."""
 _CURSOR = re.compile(r"([0-9]{1,16}):(.+)", re.DOTALL)
+_PRIORITY = re.compile(r"p-?[0-9]+")
 
 
 class UpcomingTask(BaseModel):
@@ -43,6 +44,8 @@ class UpcomingTask(BaseModel):
     """``None`` when the stored task is missing or unreadable."""
     attempts: int | None
     """Deliveries so far (a retried task is scheduled again); ``None`` as above."""
+    priority: int = 0
+    """The priority it was sent with."""
 
 
 class UpcomingPage(BaseModel):
@@ -109,12 +112,13 @@ async def upcoming(
     tasks = []
     for task_id, due_ms, header in rows:
         parts = header.split(",") if header else []
+        priority = parts.pop() if len(parts) == 7 and _PRIORITY.fullmatch(parts[6]) else "p0"
         readable = len(parts) == 6 and all(p.isdigit() for p in parts)
         task = UpcomingTask(
             id=task_id, state="ready" if due_ms <= now_ms else "delayed",
             due_at=from_millis(due_ms),
             enqueued_at=from_millis(int(parts[4])) if readable else None,
-            attempts=int(parts[0]) if readable else None,
+            attempts=int(parts[0]) if readable else None, priority=int(priority[1:]),
         )  # fmt: skip
         tasks.append(task)
     last = rows[-1] if rows else None

@@ -56,7 +56,8 @@ class Envelope:
 
     Redis stores the header (the six numbers) and the body apart (docs/keys.md); the
     scripts join them.  ``max_attempts`` and ``ttr_ms`` are 0 when the task follows its
-    topic's defaults.
+    topic's defaults.  A task sent with a priority other than 0 has ``p<priority>`` between
+    the header and the body (a JSON body never starts with ``p``).
     """
 
     attempts: int
@@ -66,6 +67,7 @@ class Envelope:
     enqueued_ms: int
     due_ms: int
     body: bytes
+    priority: int = 0
 
     @classmethod
     def parse(cls, raw: bytes | str) -> Envelope:
@@ -79,6 +81,10 @@ class Envelope:
         if len(parts) != 7:
             raise ValueError("stored task is not a delayq envelope")
         attempts, token, max_attempts, ttr, enqueued, due, body = parts
+        priority = 0
+        if body.startswith(b"p"):
+            tag, _, body = body.partition(b",")
+            priority = int(tag[1:])
         return cls(
             attempts=int(attempts),
             token=token.decode(),
@@ -87,6 +93,7 @@ class Envelope:
             enqueued_ms=int(enqueued),
             due_ms=int(due),
             body=body,
+            priority=priority,
         )
 
 
@@ -105,6 +112,8 @@ class TaskInfo(BaseModel):
     """Deliveries so far (a delivery whose lease expired counts)."""
     max_attempts: int | None
     """The task's own limit, or ``None`` when it follows its topic's default."""
+    priority: int = 0
+    """Among due tasks of its topic, higher is leased first."""
     body: Any
     """The JSON body, decoded (a dict for object bodies)."""
     last_error: str | None
@@ -149,6 +158,7 @@ class Task(Generic[StateT]):
         ttr: the lease length in seconds.
         token: the lease's fencing token (ack/nack/extend carry it).
         state: what the queue's lifespan yielded in this worker (``None`` without one).
+        priority: the priority it was sent with (0 by default).
     """
 
     __slots__ = (
@@ -158,6 +168,7 @@ class Task(Generic[StateT]):
         "enqueued_at",
         "id",
         "max_attempts",
+        "priority",
         "state",
         "token",
         "topic",
@@ -177,6 +188,7 @@ class Task(Generic[StateT]):
         token: str,
         extend: Callable[[float], Awaitable[None]],
         state: StateT = None,  # type: ignore[assignment]  # None when there is no lifespan
+        priority: int = 0,
     ) -> None:
         self.id = id
         self.topic = topic
@@ -188,6 +200,7 @@ class Task(Generic[StateT]):
         self.token = token
         self._extend = extend
         self.state = state
+        self.priority = priority
 
     async def extend(self, seconds: float) -> None:
         """Make the lease end ``seconds`` from now (it is never shortened), for long work.
@@ -256,5 +269,5 @@ def stored_task_info(
         id=task_id, topic=topic, state=state, due_at=from_millis(envelope.due_ms),
         enqueued_at=from_millis(envelope.enqueued_ms), attempts=envelope.attempts,
         max_attempts=envelope.max_attempts or None, body=body, last_error=error,
-        lease_deadline=lease, dead_at=dead_at, paused=paused,
+        lease_deadline=lease, dead_at=dead_at, paused=paused, priority=envelope.priority,
     )  # fmt: skip

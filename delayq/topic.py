@@ -75,6 +75,19 @@ def check_on_conflict(value: object) -> bool:
     return value == "replace"
 
 
+MAX_PRIORITY = 1_000_000
+"""Largest priority magnitude: a task's ``priority`` is an int in ``[-MAX_PRIORITY, MAX_PRIORITY]``."""
+
+
+def check_priority(value: object) -> int:
+    """Return ``value`` if it is a valid task priority, else raise :class:`InvalidInputError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_PRIORITY:
+        raise InvalidInputError(
+            f"priority must be an int in [-{MAX_PRIORITY}, {MAX_PRIORITY}], got {value!r}"
+        )
+    return value
+
+
 def task_overrides(ttr: Duration | None, max_attempts: int | None) -> tuple[int, int]:
     """Validate a task's own ttr and max_attempts; 0 stands for "the topic's default"."""
     ttr_ms = 0 if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)

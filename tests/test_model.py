@@ -1,6 +1,8 @@
 """Model-based test: the real Lua scripts on the session Redis against a plain-Python model.
 
-Hypothesis drives send (keeping or replacing a live id) / cancel / reschedule / reserve /
+Hypothesis drives send (keeping or replacing a live id, with or without a priority, so that
+some tasks wait in the priority structures and leases interleave them with the schedule) /
+cancel / reschedule / reserve /
 ack / nack (retry, dead, release) / extend / lease expiry / replay over two topics and a
 few fixed task ids, so ids collide (idempotent sends, replacements, re-sending a dead id,
 stale fencing tokens).  After every
@@ -72,6 +74,22 @@ ALL_KEYS = [(topic, task_id) for topic in TOPICS for task_id in IDS]
 stale_tokens = st.integers(0, 3).map(lambda n: n == 3)
 
 
+async def waiting_entries(client: redis.asyncio.Redis, keys: Any) -> dict[str, int]:
+    """Every waiting id -> due ms: the schedule's (priority 0) and the priority index's, which
+    never share an id; and the priority lease order agrees with the index up to its mark."""
+    entries = await schedule_entries(client, keys)
+    index = {m.decode(): int(s) for m, s in await client.zrange(keys.prio, 0, -1, withscores=True)}
+    assert not set(entries) & set(index), "an id waits in the schedule and the priority index"
+    mark = int(await client.get(keys.prio_mark) or -1)
+    ready = {
+        m.decode(): -int(s) for m, s in await client.zrange(keys.prio_ready, 0, -1, withscores=True)
+    }
+    promoted = {f"{due:013d}{task_id}" for task_id, due in index.items() if due <= mark}
+    assert promoted <= set(ready), "an entry due by the mark is missing from the lease order"
+    assert set(ready) <= {f"{due:013d}{task_id}" for task_id, due in index.items()}
+    return entries | index
+
+
 def pick_from(keys: Sequence[Key], data: st.DataObject) -> Key:
     """One of ``keys`` (not empty), drawn with the same shape however many there are.
 
@@ -89,6 +107,7 @@ class ModelTask:
     body: int
     max_attempts: int | None
     ttr_ms: int | None
+    priority: int = 0
     state: Literal["scheduled", "reserved", "dead"] = "scheduled"
     attempts: int = 0
     due: int = 0
@@ -137,8 +156,8 @@ class QueueMachine(RuleBasedStateMachine):
         return int(seconds) * 1000 + int(micros) // 1000
 
     def due(self, topic: str, task_id: str) -> int:
-        """The task's due time as its schedule slot holds it."""
-        entries = self.run(schedule_entries(self.client, self.queue.keys(topic)))
+        """The task's due time as its schedule slot (or the priority index) holds it."""
+        entries = self.run(waiting_entries(self.client, self.queue.keys(topic)))
         assert task_id in entries
         return entries[task_id]
 
@@ -169,7 +188,7 @@ class QueueMachine(RuleBasedStateMachine):
     def start_with_ready_tasks(self, keys: list[Key]) -> None:
         """Every run starts with some ready tasks, so that reserve has work from step one."""
         for n, (topic, task_id) in enumerate(keys):
-            self.send(topic, task_id, delay=0, max_attempts=None, ttr=None, body=n, replace=False)
+            self.send(topic, task_id, 0, None, None, n, replace=False, priority=0)
 
     @rule(
         topic=topics,
@@ -179,6 +198,7 @@ class QueueMachine(RuleBasedStateMachine):
         ttr=st.sampled_from([None, TASK_TTR_S]),
         body=st.integers(0, 99),
         replace=st.sampled_from([False, False, True]),
+        priority=st.sampled_from([0, 0, 0, 3, -2]),
     )
     def send(
         self,
@@ -189,13 +209,14 @@ class QueueMachine(RuleBasedStateMachine):
         ttr: int | None,
         body: int,
         replace: bool,
+        priority: int,
     ) -> None:
         key = (topic, task_id)
         before = self.now()
         on_conflict = "replace" if replace else "keep"
         sending = self.queue.send_delayed(
             topic, {"v": body}, delay, task_id=task_id, max_attempts=max_attempts, ttr=ttr,
-            on_conflict=on_conflict,
+            on_conflict=on_conflict, priority=priority,
         )  # fmt: skip
         sent = self.run(sending)
         after = self.now()
@@ -208,7 +229,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert sent.outcome == {"scheduled": "replaced"}.get(expected, expected)
         if expected in ("kept", "reserved"):
             return  # the live task is untouched (the invariant checks it)
-        task = ModelTask(body, max_attempts, None if ttr is None else ttr * 1000)
+        task = ModelTask(body, max_attempts, None if ttr is None else ttr * 1000, priority)
         task.due = self.due(topic, task_id)
         assert before + delay * 1000 <= task.due <= after + delay * 1000
         self.tasks[key] = task
@@ -268,8 +289,13 @@ class QueueMachine(RuleBasedStateMachine):
         mine = {task_id: t for (top, task_id), t in self.tasks.items() if top == topic}
         self.reclaim(mine, now)
 
-        due = sorted((t.due, task_id) for task_id, t in mine.items() if t.state == "scheduled")
-        expected = [task_id for score, task_id in due if score <= now][:limit]
+        # Highest priority first, each priority (0: the schedule) oldest due first, then by id.
+        due = sorted(
+            (-t.priority, t.due, task_id)
+            for task_id, t in mine.items()
+            if t.state == "scheduled" and t.due <= now
+        )
+        expected = [task_id for _, _, task_id in due][:limit]
         assert [task_id for task_id, _ in items] == expected
         for n, (task_id, raw) in enumerate(items, start=1):
             task, envelope = mine[task_id], Envelope.parse(raw)
@@ -400,7 +426,7 @@ class QueueMachine(RuleBasedStateMachine):
         """Redis's clock, each known id's raw structures and ``get()``, and ``stats()``."""
         seconds, micros = await self.client.time()
         every = [(topic, task_id) for topic in TOPICS for task_id in IDS]
-        schedules = {t: await schedule_entries(self.client, self.queue.keys(t)) for t in TOPICS}
+        schedules = {t: await waiting_entries(self.client, self.queue.keys(t)) for t in TOPICS}
         async with self.client.pipeline(transaction=False) as pipe:
             for topic, task_id in every:
                 keys = self.queue.keys(topic)

@@ -16,6 +16,9 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:seq        STRING fencing-token counter
     delayq:{shop:order.close}:controls   HASH  fleet-wide controls: paused, rate_limit, max_running
     delayq:{shop:order.close}:starts     HASH  the rate limit's recent leases per sub-window
+    delayq:{shop:order.close}:prio       ZSET  id -> due ms: waiting tasks with a priority != 0
+    delayq:{shop:order.close}:prio:ready ZSET  -priority -> due ms (13 digits) + id: lease order
+    delayq:{shop:order.close}:prio:mark  STRING ms up to which prio's entries are in prio:ready
     delayq:{shop:order.close}:meta       HASH  scheduled -> count of delayed + ready tasks
     delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
     delayq:{shop:*}:wake                 the pattern of every topic's wake channel (long polls)
@@ -97,6 +100,12 @@ class TopicKeys:
     """The topic's fleet-wide controls (pause, declared limits); absent for a plain topic."""
     starts: str
     """The rate limit's count of recent leases (``_controls.lua``)."""
+    prio: str
+    """Every waiting task with a priority other than 0, by due time (``_priority.lua``)."""
+    prio_ready: str
+    """The due ones of :attr:`prio`, in lease order."""
+    prio_mark: str
+    """How far :attr:`prio` has been moved into :attr:`prio_ready` (ms)."""
     meta: str
     """The topic's counts kept by the scripts (``_layout.lua``: ``meta_key``)."""
 
@@ -116,6 +125,9 @@ class TopicKeys:
             buckets=base + "buckets",
             controls=base + "controls",
             starts=base + "starts",
+            prio=base + "prio",
+            prio_ready=base + "prio:ready",
+            prio_mark=base + "prio:mark",
             meta=base + "meta",
         )
 

@@ -8,11 +8,11 @@ delayq's exceptions in one place, :func:`redis_errors`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
 
+from delayq.redis.replies import Counts, Found, Reservation
 from delayq.redis.translate import TRANSLATED, translate
 
 if TYPE_CHECKING:
@@ -39,76 +39,26 @@ def lua_source(name: str) -> str:
     return _INCLUDE.sub(lambda m: lua_source(m.group(1)), text)
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """What one reserve.lua call did.
-
-    Attributes:
-        now_us: Redis's time in microseconds.
-        next_ms: the earliest due time or lease deadline still pending, -1 if none.
-        items: the leased tasks, (id, envelope with the new attempt count and token).
-        skipped: (id, reason) of entries it could not lease: ``"missing"`` (the envelope
-            is absent, the entry was dropped) or ``"corrupt"`` (unreadable, dead-lettered).
-        reclaimed: (id, dead) of the expired leases it reclaimed: due again, or (``dead``)
-            dead-lettered because the task had no attempts left.
-    """
-
-    now_us: int
-    next_ms: int
-    items: list[tuple[str, bytes]]
-    skipped: list[tuple[str, str]]
-    reclaimed: list[tuple[str, bool]]
+def prio_keys(keys: TopicKeys) -> tuple[str, str, str]:
+    """Where tasks with a priority wait (``_priority.lua``), at the end of a script's KEYS."""
+    return (keys.prio, keys.prio_ready, keys.prio_mark)
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
-    """What get.lua found for an id.
-
-    Attributes:
-        state: ``"delayed"``, ``"ready"``, ``"reserved"`` or ``"dead"``.
-        raw: the envelope.
-        error: the last error, if any.
-        now_ms: Redis's time.
-        score_ms: the due time, lease deadline or time of death, matching the state.
-        paused: whether the task's topic is paused.
-    """
-
-    state: str
-    raw: bytes
-    error: str | None
-    now_ms: int
-    score_ms: int
-    paused: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Counts:
-    """What stats.lua counted for a topic, and the topic's controls as stored."""
-
-    delayed: int
-    ready: int
-    reserved: int
-    dead: int
-    paused: bool
-    rate_limit: str | None
-    max_running: int | None
-
-
-def waiting_keys(keys: TopicKeys) -> tuple[str, str, str, str]:
-    """The KEYS of the scripts that store or remove a waiting task (send, send_many, cancel,
+def waiting_keys(keys: TopicKeys) -> tuple[str, ...]:
+    """The KEYS of the scripts that store or remove a waiting task (send_many, cancel,
     replay), also for anything that runs them bare (the benchmark's ceiling)."""
-    return (keys.prefix, keys.wheel, keys.dead, keys.errors)
+    return (keys.prefix, keys.wheel, keys.dead, keys.errors, *prio_keys(keys))
 
 
 def send_keys(keys: TopicKeys) -> tuple[str, ...]:
     """The KEYS of send.lua (also for anything that runs it bare)."""
-    return (*waiting_keys(keys), keys.reserved)
+    return (keys.prefix, keys.wheel, keys.dead, keys.errors, keys.reserved, *prio_keys(keys))
 
 
 def reserve_keys(keys: TopicKeys) -> tuple[str, ...]:
     """The KEYS of reserve.lua (also for anything that runs it bare)."""
     return (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq,
-            keys.controls, keys.starts)  # fmt: skip
+            keys.controls, keys.starts, *prio_keys(keys))  # fmt: skip
 
 
 def ack_keys(keys: TopicKeys) -> tuple[str, ...]:
@@ -206,6 +156,7 @@ class Scripts:
         body: bytes,
         tolerance_ms: int,
         replace: bool = False,
+        priority: int = 0,
         durable: DurableSender | None = None,
     ) -> tuple[int, int]:
         """Run send.lua. Returns (status, due or now ms): 1 stored, 0 id already live (kept),
@@ -223,6 +174,7 @@ class Scripts:
                 tolerance_ms,
                 keys.wake,
                 "replace" if replace else "keep",
+                priority,
             ),
             durable,
             ids=(task_id,),
@@ -238,15 +190,16 @@ class Scripts:
         max_attempts: int,
         ttr_ms: int,
         tolerance_ms: int,
+        priority: int = 0,
         durable: DurableSender | None = None,
     ) -> list[int]:
         """Run send_many.lua on three fields per task (id, delay ms, body), every task with
-        the same ``max_attempts`` and ``ttr_ms`` (0 = the topic's default). Returns a status
-        per task (as ``send``)."""
+        the same ``max_attempts``, ``ttr_ms`` (0 = the topic's default) and ``priority``.
+        Returns a status per task (as ``send``)."""
         reply = await self._write(
             "send_many",
             waiting_keys(keys),
-            (tolerance_ms, keys.wake, "d", max_attempts, ttr_ms, *fields),
+            (tolerance_ms, keys.wake, "d", max_attempts, ttr_ms, priority, *fields),
             durable,
             ids=[str(v) for v in fields[::3]],  # ids are str (checked by the queue)
             touch_key=keys.seq,
@@ -313,7 +266,15 @@ class Scripts:
         """Run nack.lua. Returns (0 lease lost | 1 rescheduled | 2 dead, due or now ms)."""
         reply = await self._run(
             "nack",
-            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.controls),
+            (
+                keys.prefix,
+                keys.wheel,
+                keys.reserved,
+                keys.dead,
+                keys.errors,
+                keys.controls,
+                *prio_keys(keys),
+            ),
             (task_id, token, mode, delay_ms, error, max_attempts, keys.wake),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
@@ -333,7 +294,7 @@ class Scripts:
         """Run reschedule.lua. Returns (1 moved | 0 not waiting | -1 too far past, due or now ms)."""
         reply = await self._run(
             "reschedule",
-            (keys.prefix, keys.wheel),
+            (keys.prefix, keys.wheel, *prio_keys(keys)),
             (task_id, "a" if absolute else "d", value_ms, tolerance_ms, keys.wake),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
@@ -347,7 +308,15 @@ class Scripts:
         """Run get.lua. Returns what it found, or None for an unknown id."""
         reply = await self._run(
             "get",
-            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.controls),
+            (
+                keys.prefix,
+                keys.wheel,
+                keys.reserved,
+                keys.dead,
+                keys.errors,
+                keys.controls,
+                keys.prio,
+            ),
             (task_id,),
         )
         if reply is None:
@@ -361,7 +330,9 @@ class Scripts:
     async def stats(self, keys: TopicKeys) -> Counts:
         """Run stats.lua. Returns the topic's counts by state and its controls."""
         reply = await self._run(
-            "stats", (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.controls), ()
+            "stats",
+            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.controls, keys.prio),
+            (),
         )
         delayed, ready, reserved, dead = (_int(v) for v in reply[:4])
         paused, rate_limit, max_running = reply[4]
@@ -401,7 +372,9 @@ class Scripts:
         """Run upcoming.lua. Returns (now ms, whether more follow, [(id, due ms, header or
         None), ...]) for up to ``limit`` tasks after the cursor ``after`` (due ms, id)."""
         due, task_id = after if after is not None else ("", "")
-        reply = await self._run("upcoming", (keys.prefix, keys.wheel), (limit, due, task_id))
+        reply = await self._run(
+            "upcoming", (keys.prefix, keys.wheel, keys.prio), (limit, due, task_id)
+        )
         rows = [
             (
                 _text(reply[i]),
@@ -418,7 +391,7 @@ class Scripts:
         """Run timeline.lua. Returns (now ms, (due now, estimated), [(count, estimated) per
         window of ``width_ms`` from now])."""
         reply = await self._run(
-            "timeline", (keys.prefix, keys.wheel), (width_ms, windows, exact_slots)
+            "timeline", (keys.prefix, keys.wheel, keys.prio), (width_ms, windows, exact_slots)
         )
         counts = [(_int(reply[i]), bool(_int(reply[i + 1]))) for i in range(1, len(reply), 2)]
         return _int(reply[0]), counts[0], counts[1:]

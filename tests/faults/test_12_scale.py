@@ -19,7 +19,7 @@ import statistics
 import time
 
 from delayq import Queue
-from delayq.redis.scripts import lua_source
+from delayq.redis.scripts import lua_source, waiting_keys
 from tests.faults.checker import publish_figures
 from tests.faults.harness import sized
 
@@ -49,8 +49,7 @@ def _load(admin, queue: Queue, topic: str, count: int, due0: int, prefix: str) -
             fields += (f"{prefix}{n}", due0 + n, BODY)
         # A tolerance of a day: the "due now" tasks are loaded with (absolute) times in the
         # past; no max attempts or ttr of their own.
-        load(keys=[keys.prefix, keys.wheel, keys.dead, keys.errors],
-             args=[86_400_000, keys.wake, "a", 0, 0, *fields])  # fmt: skip
+        load(keys=waiting_keys(keys), args=[86_400_000, keys.wake, "a", 0, 0, 0, *fields])
     admin.sadd(f"delayq:{{{queue.name}}}:topics", topic)
     return time.monotonic() - started
 

@@ -58,7 +58,8 @@ def test_keys_stay_in_their_namespace_and_slot(queue, topic, other_queue, other_
         return
     built = [keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq,
              keys.wake, keys.buckets, keys.bucket("an id"), keys.bucket("an id", 9000),
-             keys.slot("0000000000000001")]  # fmt: skip
+             keys.slot("0000000000000001"), keys.controls, keys.starts, keys.prio,
+             keys.prio_ready, keys.prio_mark]  # fmt: skip
     for key in built:
         assert key.startswith("delayq:{")
         assert _tag(key) == f"{queue}:{topic}"

@@ -1,6 +1,9 @@
 -- _envelope.lua: helpers inlined by the loader into every script that reads a task.
 -- A task's header (see _layout.lua for where it is stored) is one string:
 --   "<attempts>,<token>,<max_attempts>,<ttr_ms>,<enqueued_ms>,<due_ms>"
+-- and, for a task sent with a priority other than 0 only, ",p<priority>" after it (so a
+-- task without one costs no byte more; a body never starts with 'p', so the envelope
+-- "header,body" stays unambiguous).
 -- max_attempts and ttr_ms are 0 when the task uses its topic's defaults; the caller then
 -- passes the consuming worker's defaults in ARGV.  The body is stored apart, so a script
 -- rewrites attempts/token/due without ever reading or decoding the body.
@@ -14,29 +17,40 @@ end
 local function parse_header(raw)
   local attempts, token, max_attempts, ttr, enqueued, due =
     string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
+  local priority = '0'
   if not attempts then
-    return nil
+    attempts, token, max_attempts, ttr, enqueued, due, priority =
+      string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),p(%-?%d+)$')
+    if not attempts then
+      return nil
+    end
   end
   return {
     attempts = tonumber(attempts), token = token, max_attempts = tonumber(max_attempts),
-    ttr = tonumber(ttr), enqueued = enqueued, due = tonumber(due),
+    ttr = tonumber(ttr), enqueued = enqueued, due = tonumber(due), priority = tonumber(priority),
   }
 end
 
 -- string.format('%d') and not tostring: Lua prints numbers with %.14g, which turns a token
 -- of 10^14 into '1e+14'.
 local function format_header(e)
-  return string.format('%d,%d,%d,%d,%s,%d', e.attempts, e.token, e.max_attempts, e.ttr,
+  local header = string.format('%d,%d,%d,%d,%s,%d', e.attempts, e.token, e.max_attempts, e.ttr,
     e.enqueued, e.due)
+  if e.priority ~= 0 then
+    header = header .. string.format(',p%d', e.priority)
+  end
+  return header
 end
 
 -- The two per-task steps of a worker's cycle, leasing in reserve.lua and checking the token
 -- in ack.lua, match the header string directly: parse_header's table and format_header
 -- cost them several microseconds per task.
 
--- The lease token of a header, or nil for an unreadable header.
+-- The lease token of a header, or nil for an unreadable header.  (A header with a priority
+-- takes the second match: a task without one pays nothing for it.)
 local function header_token(raw)
   return string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+$')
+    or string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+,p%-?%d+$')
 end
 
 -- The header of a task being leased (attempts + 1, fencing token `token`) and its ttr ms
@@ -44,7 +58,10 @@ end
 local function leased_header(raw, token)
   local attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+)$')
   if not attempts then
-    return nil
+    attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+,p%-?%d+)$')
+    if not attempts then
+      return nil
+    end
   end
   return string.format('%d,%d,', attempts + 1, token) .. rest, tonumber(ttr)
 end

@@ -3,13 +3,16 @@
 -- somewhere and cannot be recalled, so it is left alone.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)   KEYS[3] dead (ZSET)   KEYS[4] errors (HASH)
+-- KEYS[5] prio (ZSET)   KEYS[6] prio:ready (ZSET)   KEYS[7] prio:mark (STRING), see _priority.lua
 -- ARGV[1] id
 -- Returns: 1 removed | 0 unknown or reserved
 --@include _envelope
 --@include _layout
+--@include _priority
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local pk = { index = KEYS[5], ready = KEYS[6], mark = KEYS[7] }
 local id = ARGV[1]
-local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
+local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash', [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string',
   [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)
 if bad then
   return bad
@@ -17,7 +20,9 @@ end
 local raw = read_header(prefix, id)
 local e = raw and parse_header(raw)
 -- The header says when the task is due, and so which slot may hold it.
-if e and schedule_remove(prefix, wheel, id, e.due) then
+if e and e.priority ~= 0 and prio().remove(pk, id, e.due, e.priority) then
+  -- (a priority task waits outside the schedule, and its count)
+elseif e and e.priority == 0 and schedule_remove(prefix, wheel, id, e.due) then
   schedule_changed(prefix, wheel, -1)
 elseif redis.call('ZREM', dead, id) == 0 then
   return 0

@@ -2,7 +2,7 @@
 -- get.lua: look a task up by id.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)  KEYS[3] reserved (ZSET)  KEYS[4] dead (ZSET)  KEYS[5] errors (HASH)
--- KEYS[6] controls (HASH)
+-- KEYS[6] controls (HASH)   KEYS[7] prio (ZSET, see _priority.lua)
 -- ARGV[1] id
 -- Returns: nil when unknown | {state, envelope, last_error or false, now_ms, score, paused}
 --   state is 'delayed', 'ready', 'reserved' or 'dead'; score is the due time, lease deadline
@@ -10,7 +10,7 @@
 --@include _envelope
 --@include _layout
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local controls = KEYS[6]
+local controls, prio = KEYS[6], KEYS[7]
 local id = ARGV[1]
 local bad = load_buckets(prefix)
 if bad then
@@ -23,7 +23,9 @@ end
 local now = now_ms()
 local e = parse_header(raw)
 local state, score
-if e and slot_of(prefix, wheel, id, e.due) then
+local waiting = e and (e.priority == 0 and slot_of(prefix, wheel, id, e.due)
+  or e.priority ~= 0 and redis.call('ZSCORE', prio, id))
+if waiting then
   score = e.due
   state = score <= now and 'ready' or 'delayed'
 else

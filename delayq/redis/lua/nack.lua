@@ -3,6 +3,8 @@
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)  KEYS[3] reserved (ZSET)  KEYS[4] dead (ZSET)  KEYS[5] errors (HASH)
 -- KEYS[6] controls (HASH, see _controls.lua: a worker waiting under max_running is woken)
+-- KEYS[7] prio (ZSET)   KEYS[8] prio:ready (ZSET)   KEYS[9] prio:mark (STRING): where a task
+-- with a priority waits again (see _priority.lua)
 -- ARGV[1] id   ARGV[2] lease token
 -- ARGV[3] mode: 'retry' (failed attempt; dead once attempts reach the limit), 'dead' (no more
 --         attempts, e.g. a body that no longer validates) or 'release' (the attempt never ran:
@@ -15,14 +17,17 @@
 --@include _envelope
 --@include _layout
 --@include _controls
+--@include _priority
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local controls = KEYS[6]
+local pk = { index = KEYS[7], ready = KEYS[8], mark = KEYS[9] }
 local id, token, mode = ARGV[1], ARGV[2], ARGV[3]
 local delay, err, default_max, channel = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 
 local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
   [errors] = 'hash', [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash',
-  [controls] = 'hash' }) or load_buckets(prefix)
+  [controls] = 'hash', [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string' })
+  or load_buckets(prefix)
 if bad then
   return bad
 end
@@ -48,8 +53,12 @@ if mode == 'release' then
   e.attempts = math.max(e.attempts - 1, 0)
   due = now
 end
-wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
-schedule_changed(prefix, wheel, 1)
+if e.priority == 0 then
+  wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
+  schedule_changed(prefix, wheel, 1)
+else
+  wake_if_earliest(prio().add(pk, id, due, e.priority), channel, due)
+end
 redis.call('ZREM', reserved, id)
 place_freed(controls, channel)
 if err ~= '' then

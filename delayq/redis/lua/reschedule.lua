@@ -2,23 +2,26 @@
 -- reschedule.lua: move a delayed or ready task to a new due time.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)
+-- KEYS[3] prio (ZSET)   KEYS[4] prio:ready (ZSET)   KEYS[5] prio:mark (STRING), see _priority.lua
 -- ARGV[1] id   ARGV[2] 'd' delay ms | 'a' absolute Unix ms   ARGV[3] value
 -- ARGV[4] tolerance ms for an absolute time in the past   ARGV[5] wake channel
 -- Returns: {1, due_ms} moved | {0} not delayed/ready | {-1, now_ms} time too far in the past
 --@include _envelope
 --@include _layout
+--@include _priority
 local prefix, wheel = KEYS[1], KEYS[2]
+local pk = { index = KEYS[3], ready = KEYS[4], mark = KEYS[5] }
 local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local tolerance, channel = tonumber(ARGV[4]), ARGV[5]
-local bad = check_types({ [wheel] = 'zset', [slot_counter(prefix)] = 'string' })
+local bad = check_types({ [wheel] = 'zset', [slot_counter(prefix)] = 'string', [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string' })
   or load_buckets(prefix)
 if bad then
   return bad
 end
 local raw = read_header(prefix, id)
 local e = raw and parse_header(raw)
-local slot = e and slot_of(prefix, wheel, id, e.due)
-if not slot then
+local slot = e and e.priority == 0 and slot_of(prefix, wheel, id, e.due)
+if not slot and not (e and e.priority ~= 0 and prio().due(pk, id)) then
   return { 0 }
 end
 local now = now_ms()
@@ -26,13 +29,21 @@ local due = due_time(now, mode, value, tolerance)
 if not due then
   return { -1, now }
 end
-bad = check_slots(prefix, wheel, due, due)
-if bad then
-  return bad
+if slot then
+  bad = check_slots(prefix, wheel, due, due)
+  if bad then
+    return bad
+  end
+  redis.call('ZREM', slot_key(prefix, slot), id)
+  forget_if_empty(prefix, wheel, slot)
+else
+  prio().remove(pk, id, e.due, e.priority)
 end
-redis.call('ZREM', slot_key(prefix, slot), id)
-forget_if_empty(prefix, wheel, slot)
 e.due = due
 redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
-wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
+if slot then
+  wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
+else
+  wake_if_earliest(prio().add(pk, id, due, e.priority), channel, due)
+end
 return { 1, due }

@@ -1,10 +1,12 @@
 #!lua flags=allow-oom
--- reserve.lua: reclaim expired leases, then lease up to ARGV[1] due tasks, in one atomic step.
+-- reserve.lua: reclaim expired leases, then lease up to ARGV[1] due tasks, highest priority
+-- first, then oldest due first, in one atomic step.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET slot -> bound ms)  KEYS[3] reserved (ZSET id -> lease deadline ms)
 -- KEYS[4] dead (ZSET id -> died ms)      KEYS[5] errors (HASH id -> last error)
 -- KEYS[6] seq (STRING, fencing-token counter)   KEYS[7] controls (HASH, see _controls.lua)
 -- KEYS[8] starts (HASH, the rate limit's recent leases, see _controls.lua)
+-- KEYS[9] prio (ZSET)   KEYS[10] prio:ready (ZSET)   KEYS[11] prio:mark (STRING), see _priority.lua
 -- ARGV[1] max tasks to lease   ARGV[2] max expired leases to reclaim
 -- ARGV[3] topic default ttr ms  ARGV[4] topic default max attempts
 -- Returns: {now_us, next_ms, skipped, id1, envelope1, id2, envelope2, ...}
@@ -22,23 +24,34 @@
 --   leased at once, at most rate_limit leases a window.  next_ms then says when they may
 --   allow one again: the rate limit's next opening; or, while paused or at max_running,
 --   only the next lease deadline (a resume, or the end of a lease, publishes a wake-up).
+--   Due tasks with a priority above 0 are leased before the schedule's, those below 0
+--   after; until every priority task that came due is in the lease order (at most 1,000
+--   move a call), nothing is leased and next_ms is now.
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 --@include _layout
 --@include _controls
+--@include _priority
 local prefix, wheel, reserved, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local controls, starts = KEYS[7], KEYS[8]
+local pk = { index = KEYS[9], ready = KEYS[10], mark = KEYS[11] }
 local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
   [errors] = 'hash', [seq] = 'string', [slot_counter(prefix)] = 'string',
   [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)
 if bad then
   return bad
 end
--- A plain topic has no controls key: one EXISTS a call is all it pays for them.
-local ctl = nil
-if redis.call('EXISTS', controls) == 1 then
-  ctl, bad = read_controls(controls, starts)
+-- A plain topic has neither controls nor priority tasks: one EXISTS a call is all it pays
+-- for them.
+local ctl, has_prio = nil, false
+if redis.call('EXISTS', controls, pk.index) > 0 then
+  if redis.call('EXISTS', controls) == 1 then
+    ctl, bad = read_controls(controls, starts)
+  end
+  has_prio = redis.call('EXISTS', pk.index) == 1
+  bad = bad or (has_prio and check_types({ [pk.index] = 'zset', [pk.ready] = 'zset',
+    [pk.mark] = 'string' }))
   if bad then
     return bad
   end
@@ -68,6 +81,27 @@ local function bury_corrupt(id)
   skip(id, 'corrupt')
 end
 
+-- Move the priority tasks that came due into the lease order (_priority.lua): one whose
+-- task is missing is dropped, one whose header is unreadable buried.  Returns whether all
+-- did (they may be leased, `quota` > 0, only then).
+local function promote(quota)
+  local function priority_of(id)
+    local raw = read_header(prefix, id)
+    local e = raw and parse_header(raw)
+    return e and e.priority ~= 0 and e.priority or nil
+  end
+  local complete, unusable = prio().promote(pk, now, priority_of)
+  for _, id in ipairs(unusable) do
+    redis.call('ZREM', pk.index, id)
+    if read_header(prefix, id) then
+      bury_corrupt(id)
+    else
+      skip(id, 'missing')
+    end
+  end
+  return complete
+end
+
 -- 1. A lease past its deadline belongs to a worker that died or stalled: the attempt failed.
 -- Every header is read before the first write, so a bucket of the wrong type fails the
 -- step before anything changed.
@@ -75,6 +109,13 @@ local expired = redis.call('ZRANGE', reserved, '-inf', now, 'BYSCORE', 'LIMIT', 
 local headers = {}
 for i, id in ipairs(expired) do
   headers[i] = read_header(prefix, id)
+end
+if #expired > 0 and not has_prio then
+  -- A reclaimed task may have a priority: its keys are checked before the first write.
+  bad = check_types({ [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string' })
+  if bad then
+    return bad
+  end
 end
 if #expired > 0 then
   redis.call('ZREMRANGEBYRANK', reserved, 0, #expired - 1)
@@ -96,8 +137,13 @@ for i, id in ipairs(expired) do
         e.due = now
         redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
         redis.call('HSET', errors, id, reason)
-        requeued[#requeued + 1] = now
-        requeued[#requeued + 1] = id
+        if e.priority == 0 then
+          requeued[#requeued + 1] = now
+          requeued[#requeued + 1] = id
+        else
+          prio().add(pk, id, now, e.priority)
+          has_prio = true
+        end
         skip(id, 'expired')
       end
     end
@@ -109,24 +155,52 @@ if #requeued > 0 then
   schedule_add(prefix, wheel, requeued)
 end
 
--- 2. Lease the due tasks, oldest due first, their tasks read before the first write.  Each
--- redis.call costs microseconds of overhead: the schedule is read and cut slot by slot and
--- the reserved ZSET written once; only the buckets (one per task) are touched per task.
+-- 2. Lease the due tasks, their tasks read before the first write: those of priority above
+-- 0, highest first (each priority oldest due first), then the schedule's (priority 0,
+-- oldest due first), then those below 0.  Each redis.call costs microseconds of overhead:
+-- the schedule is read and cut slot by slot and the reserved ZSET written once; only the
+-- buckets (one per task) are touched per task.
 local out = { tonumber(clock[1]) * 1000000 + tonumber(clock[2]), -1, skipped }
 local quota = ctl and control_quota(ctl, reserved, starts, now, max_tasks) or max_tasks
+local promoted, above, below = true, {}, {}
+if has_prio then
+  promoted = promote(quota)
+  if not promoted then
+    quota = 0  -- a priority task not yet in the lease order might outrank what is
+  end
+  above = prio().ready(pk, true, quota)
+end
 local due, cuts = {}, {}
-if quota > 0 then
-  due, cuts = schedule_due(prefix, wheel, now, quota)
+if quota > #above / 2 then
+  due, cuts = schedule_due(prefix, wheel, now, quota - #above / 2)
+end
+local picks = due
+if has_prio then
+  below = prio().ready(pk, false, quota - #above / 2 - #due)
+  picks = {}
+  for i = 2, #above, 2 do
+    picks[#picks + 1] = above[i]
+  end
+  for _, id in ipairs(due) do
+    picks[#picks + 1] = id
+  end
+  for i = 2, #below, 2 do
+    picks[#picks + 1] = below[i]
+  end
 end
 local leased_raw, leased_body = {}, {}
-for i, id in ipairs(due) do
+for i, id in ipairs(picks) do
   leased_raw[i], leased_body[i] = read_task(prefix, id)
 end
 schedule_cut(prefix, wheel, cuts)
-if #due > 0 then
-  local first_token = redis.call('INCRBY', seq, #due) - #due
+if has_prio then
+  prio().take(pk, above)
+  prio().take(pk, below)
+end
+if #picks > 0 then
+  local first_token = redis.call('INCRBY', seq, #picks) - #picks
   local leases, deadline_text = {}, text_of_last()
-  for i, id in ipairs(due) do
+  for i, id in ipairs(picks) do
     local raw, body = leased_raw[i], leased_body[i]
     if raw then
       local header, ttr = leased_header(raw, first_token + i)
@@ -157,6 +231,15 @@ schedule_changed(prefix, wheel, #requeued / 2 - #due)
 local next_due = schedule_head(prefix, wheel)
 if not next_due then
   schedule_emptied(prefix)
+end
+if has_prio then
+  local head = now  -- the lease order is still being built: come back at once
+  if promoted then
+    head = prio().head(pk)
+  end
+  if head then
+    next_due = math.min(next_due or head, head)
+  end
 end
 if ctl then
   local leased = (#out - 3) / 2

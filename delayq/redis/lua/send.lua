@@ -5,12 +5,14 @@
 -- KEYS[1] prefix "delayq:{q:t}:" of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET slot -> bound ms)   KEYS[3] dead (ZSET id -> dead-lettered at ms)
 -- KEYS[4] errors (HASH id -> last error)   KEYS[5] reserved (ZSET id -> lease deadline ms)
+-- KEYS[6] prio (ZSET)   KEYS[7] prio:ready (ZSET)   KEYS[8] prio:mark (STRING), see _priority.lua
 -- ARGV[1] task id
 -- ARGV[2] 'd' when ARGV[3] is a delay in ms, 'a' when it is an absolute Unix time in ms
 -- ARGV[3] delay or time (ms)
 -- ARGV[4] max attempts (0 = topic default)   ARGV[5] ttr ms (0 = topic default)
 -- ARGV[6] body JSON   ARGV[7] tolerance ms for an absolute time in the past   ARGV[8] wake channel
 -- ARGV[9] on_conflict: 'keep' (an id already live is left as it is) or 'replace'
+-- ARGV[10] priority (an integer; 0, the default, waits in the schedule, others in <prio>)
 -- Returns: {1, due_ms} stored | {0, due_ms or 0 when reserved} id already delayed/ready/reserved,
 --   kept | {2, due_ms} replaced: the delayed or ready task now has the new body, due time and
 --   options, as if newly sent (attempts 0, last error cleared) | {3, 0} not replaced: reserved
@@ -18,10 +20,14 @@
 -- Also counts the task in <prefix>meta (see _layout.lua).
 --@include _envelope
 --@include _layout
+--@include _priority
 local prefix, wheel, dead, errors, reserved = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local pk = { index = KEYS[6], ready = KEYS[7], mark = KEYS[8] }
 local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local max_attempts, ttr, body = ARGV[4], ARGV[5], ARGV[6]
 local tolerance, channel, replace = tonumber(ARGV[7]), ARGV[8], ARGV[9] == 'replace'
+local priority = tonumber(ARGV[10]) or 0
+local suffix = priority ~= 0 and prio().suffix(priority) or ''  -- the header's, for a priority
 
 local bad = load_buckets(prefix)
 if bad then
@@ -32,6 +38,27 @@ local due = due_time(now, mode, value, tolerance)
 if not due then
   return { -1, now }
 end
+if priority ~= 0 then
+  bad = check_types({ [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string' })
+  if bad then
+    return bad
+  end
+end
+
+-- Schedule the task: in the schedule (priority 0) or among the priority tasks, waking the
+-- workers when it is now the earliest.  Returns how many entries the schedule gained.
+local function schedule()
+  if priority == 0 then
+    wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
+    return 1
+  end
+  wake_if_earliest(prio().add(pk, id, due, priority), channel, due)
+  return 0
+end
+
+local function stored_header()
+  return new_header(max_attempts, ttr, int_text(now), int_text(due)) .. suffix
+end
 
 -- No TYPE checks on the common path (each redis.call costs microseconds, and a send is the
 -- hottest script): every key a new send writes is read first (bucket by HGET, wheel and slot
@@ -40,15 +67,16 @@ end
 local header = read_header(prefix, id)
 if header then
   bad = check_types({ [dead] = 'zset', [errors] = 'hash', [reserved] = 'zset',
-    [meta_key(prefix)] = 'hash' })
+    [meta_key(prefix)] = 'hash', [pk.index] = 'zset', [pk.ready] = 'zset' })
   if bad then
     return bad
   end
   if not redis.call('ZSCORE', dead, id) then
     local e = parse_header(header)
-    local slot = e and slot_of(prefix, wheel, id, e.due)
+    local slot = e and e.priority == 0 and slot_of(prefix, wheel, id, e.due)
+    local waiting = slot or (e and e.priority ~= 0 and prio().due(pk, id))
     if not replace then
-      return { 0, slot and e.due or 0 }
+      return { 0, waiting and e.due or 0 }
     end
     if redis.call('ZSCORE', reserved, id) then
       return { 3, 0 }  -- running somewhere: a replacement would race its ack
@@ -62,12 +90,12 @@ if header then
     if slot then
       redis.call('ZREM', slot_key(prefix, slot), id)
       forget_if_empty(prefix, wheel, slot)
+    elseif waiting then
+      prio().remove(pk, id, e.due, e.priority)
     end
-    wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
-    schedule_changed(prefix, wheel, slot and 0 or 1)
+    schedule_changed(prefix, wheel, schedule() - (slot and 1 or 0))
     redis.call('HDEL', errors, id)
-    redis.call('HSET', bucket_of(prefix, id), id,
-      new_header(max_attempts, ttr, int_text(now), int_text(due)), body_field(id), body)
+    redis.call('HSET', bucket_of(prefix, id), id, stored_header(), body_field(id), body)
     return { 2, due }
   end
 end
@@ -80,8 +108,12 @@ end
 -- Read before the first write, so that a meta key of the wrong type fails the call
 -- before anything changed; the count goes up after the schedule's writes.
 redis.call('HGET', meta_key(prefix), 'scheduled')
-wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
-schedule_changed(prefix, wheel, 1)
+if priority == 0 then
+  wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
+  schedule_changed(prefix, wheel, 1)
+else
+  schedule()
+end
 if split then
   split_bucket(prefix)
 end
@@ -91,5 +123,6 @@ if header then
   redis.call('ZREM', dead, id)
 end
 redis.call('HSET', bucket_of(prefix, id), id,
-  new_header(max_attempts, ttr, int_text(now), int_text(due)), body_field(id), body)
+  new_header(max_attempts, ttr, int_text(now), int_text(due)) .. suffix,
+  body_field(id), body)
 return { 1, due }

@@ -2,21 +2,29 @@
 -- send_many.lua: send.lua for a batch of tasks in one call (one round trip, one atomic step).
 -- KEYS[1] prefix of the task buckets and schedule slots   KEYS[2] wheel (ZSET)
 -- KEYS[3] dead (ZSET)   KEYS[4] errors (HASH)
+-- KEYS[5] prio (ZSET)   KEYS[6] prio:ready (ZSET)   KEYS[7] prio:mark (STRING), see _priority.lua
 -- ARGV[1] tolerance ms for absolute times in the past   ARGV[2] wake channel
 -- ARGV[3] 'd' when the times below are delays in ms, 'a' when absolute Unix times in ms
--- ARGV[4] max attempts (0 = topic default)   ARGV[5] ttr ms (0 = topic default), for all tasks
--- ARGV[6..] three fields per task: id, delay-or-time ms, body
+-- ARGV[4] max attempts (0 = topic default)   ARGV[5] ttr ms (0 = topic default)
+-- ARGV[6] priority (0: the schedule), for all tasks
+-- ARGV[7..] three fields per task: id, delay-or-time ms, body
 -- (The options are passed once a call, not per task: every argument costs Redis a string.)
 -- Returns: {status1, status2, ...}: 1 stored, 0 id already live (or repeated earlier in the
 --   batch; nothing written), -1 time too far past
 --@include _envelope
 --@include _layout
+--@include _priority
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local pk = { index = KEYS[5], ready = KEYS[6], mark = KEYS[7] }
 local tolerance, channel, mode = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local max_attempts, ttr = ARGV[4], ARGV[5]
-local FIRST, FIELDS = 6, 3
+local max_attempts, ttr, priority = ARGV[4], ARGV[5], tonumber(ARGV[6]) or 0
+local suffix = priority ~= 0 and prio().suffix(priority) or ''
+local FIRST, FIELDS = 7, 3
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
   [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)
+if not bad and priority ~= 0 then
+  bad = check_types({ [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string' })
+end
 if bad then
   return bad
 end
@@ -60,6 +68,9 @@ for n, id in ipairs(ids) do
     local k = #store_ids + 1
     store_ids[k] = id
     store_headers[k] = new_header(max_attempts, ttr, now_text, due_text(due))
+    if priority ~= 0 then
+      store_headers[k] = store_headers[k] .. suffix
+    end
     store_bodies[k] = ARGV[i + 2]
     store_new[k] = not existing[n]
     earliest = math.min(earliest or due, due)
@@ -105,6 +116,10 @@ if #revived > 0 then
   redis.call('HDEL', errors, unpack(revived))
   redis.call('ZREM', dead, unpack(revived))
 end
-wake_if_earliest(schedule_add(prefix, wheel, scheduled), channel, earliest)
-schedule_changed(prefix, wheel, #store_ids)
+if priority == 0 then
+  wake_if_earliest(schedule_add(prefix, wheel, scheduled), channel, earliest)
+  schedule_changed(prefix, wheel, #store_ids)
+else
+  wake_if_earliest(prio().add_many(pk, scheduled, priority), channel, earliest)
+end
 return out

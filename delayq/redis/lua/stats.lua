@@ -2,7 +2,7 @@
 -- stats.lua: count a topic's tasks by state.
 -- KEYS[1] prefix of the schedule slots and the meta hash (see _layout.lua)
 -- KEYS[2] wheel (ZSET)   KEYS[3] reserved (ZSET)   KEYS[4] dead (ZSET)
--- KEYS[5] controls (HASH, see _controls.lua)
+-- KEYS[5] controls (HASH, see _controls.lua)   KEYS[6] prio (ZSET, see _priority.lua)
 -- Returns: {delayed, ready, reserved, dead, {paused, rate_limit, max_running}}, the controls
 --   as stored (false where not set)
 -- The scheduled total (delayed + ready) is the count the scripts keep in <prefix>meta;
@@ -13,9 +13,11 @@
 -- mostly delayed or mostly ready; only a topic holding many of both walks more (one call
 -- per 128 tasks of the smaller side).  A topic scheduled before delayq kept the count has
 -- none yet (the next script that changes its schedule recounts it): it is counted here.
+-- Tasks with a priority wait outside the schedule, in <prio> (by due time): two ZCOUNTs.
 --@include _envelope
 --@include _layout
 local prefix, wheel, reserved, dead, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local prio = KEYS[6]
 local now = now_ms()
 local scheduled = tonumber(redis.call('HGET', meta_key(prefix), 'scheduled'))
     or count_schedule(prefix, wheel)
@@ -42,5 +44,11 @@ else
   end
   ready = scheduled - delayed
 end
-return { scheduled - ready, ready, lease_count(reserved), redis.call('ZCARD', dead),
+local prio_ready, prio_delayed = 0, 0
+if redis.call('EXISTS', prio) == 1 then
+  prio_ready = redis.call('ZCOUNT', prio, '-inf', now)
+  prio_delayed = redis.call('ZCOUNT', prio, '(' .. int_text(now), '+inf')
+end
+return { scheduled - ready + prio_delayed, ready + prio_ready, lease_count(reserved),
+  redis.call('ZCARD', dead),
   redis.call('HMGET', controls, 'paused', 'rate_limit', 'max_running') }

@@ -1,6 +1,7 @@
 #!lua flags=no-writes
 -- timeline.lua: how many tasks fall due in each of ARGV[2] windows of ARGV[1] ms from now.
 -- KEYS[1] prefix of the schedule slots (see _layout.lua)   KEYS[2] wheel (ZSET slot -> bound ms)
+-- KEYS[3] prio (ZSET id -> due ms: the tasks with a priority, see _priority.lua)
 -- ARGV[1] window length ms   ARGV[2] number of windows
 -- ARGV[3] most whole slots counted one by one in a window (beyond, their sizes are sampled)
 -- Returns: {now_ms, due, due_estimated, count1, estimated1, count2, estimated2, ...}
@@ -9,10 +10,11 @@
 --   slots, whose total was then estimated from ARGV[3] of them, evenly spaced, else 0 (exact).
 -- Cost: O(windows * (log(slots) + ARGV[3])) whatever the number of tasks: each range is
 -- located in the wheel by rank, its two edge slots counted with ZCOUNT, the slots between
--- (all of whose entries fall in the range) by their sizes.
+-- (all of whose entries fall in the range) by their sizes; tasks with a priority by one
+-- ZCOUNT per range.
 --@include _envelope
 --@include _layout
-local prefix, wheel = KEYS[1], KEYS[2]
+local prefix, wheel, prio = KEYS[1], KEYS[2], KEYS[3]
 local width, windows, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local function slot_at_rank(rank)
@@ -46,7 +48,7 @@ local function count(lo_text, hi_text)
       estimated = 1
     end
   end
-  return total, estimated
+  return total + redis.call('ZCOUNT', prio, range_lo, hi_text), estimated
 end
 
 local now = now_ms()

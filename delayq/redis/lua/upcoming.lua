@@ -2,6 +2,7 @@
 -- upcoming.lua: a page of the schedule (delayed and ready tasks) in the order they fall due.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET slot -> bound ms)
+-- KEYS[3] prio (ZSET id -> due ms: the waiting tasks with a priority, see _priority.lua)
 -- ARGV[1] most tasks to return
 -- ARGV[2] cursor: due ms of the last task of the previous page ('' for the first page)
 -- ARGV[3] cursor: id of that task
@@ -11,11 +12,15 @@
 -- The schedule's order is the wheel's (slot bound, then slot name) and, in a slot, due time
 -- then id.  The page starts right after the cursor's task when it is still scheduled there;
 -- when it is not (it ran, was cancelled or rescheduled since), after its due time.
+-- Tasks with a priority wait in <prio>, not in the schedule: its entries after the cursor
+-- are merged in, in (due time, id) order.  A cursor task not found in the schedule (one
+-- with a priority, or one gone since) is placed by (due time, id) there too: schedule
+-- entries due at that same millisecond are listed when their id sorts after it.
 -- Cost: finding the cursor (as get.lua finds a task), then ARGV[1] + 1 entries read in order
--- and one header per task returned; never a walk of the whole schedule.
+-- from each, and one header per task returned; never a walk of the whole schedule.
 --@include _envelope
 --@include _layout
-local prefix, wheel = KEYS[1], KEYS[2]
+local prefix, wheel, prio = KEYS[1], KEYS[2], KEYS[3]
 local limit = tonumber(ARGV[1])
 local after_due, after_id = tonumber(ARGV[2]), ARGV[3]
 local bad = load_buckets(prefix)
@@ -60,6 +65,29 @@ end
 local wanted = limit + 1  -- one more than shown tells whether more follow
 local entries = {}
 local rank, from = start()
+if from < 0 then
+  -- The entries due at the cursor's very millisecond whose id sorts after it: in the
+  -- slots whose bound is that time, and in the last one before them (as slot_of looks).
+  local tied = {}
+  local page = redis.call('ZRANGE', wheel, after_due, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 16,
+    'WITHSCORES')
+  for i = 1, #page, 2 do
+    for _, id in ipairs(redis.call('ZRANGE', slot_key(prefix, page[i]), after_due, after_due,
+        'BYSCORE')) do
+      if id > after_id then
+        tied[#tied + 1] = id
+      end
+    end
+    if tonumber(page[i + 1]) < after_due then
+      break
+    end
+  end
+  table.sort(tied)
+  for _, id in ipairs(tied) do
+    entries[#entries + 1] = id
+    entries[#entries + 1] = int_text(after_due)
+  end
+end
 while #entries < wanted * 2 do
   local names = redis.call('ZRANGE', wheel, rank, rank + 15)
   if #names == 0 then
@@ -85,11 +113,44 @@ while #entries < wanted * 2 do
   rank = rank + #names
 end
 
-local out = { now_ms(), #entries > limit * 2 and 1 or 0 }
-for i = 1, math.min(#entries, limit * 2), 2 do
-  local id = entries[i]
+-- The priority tasks after the cursor, in (due, id) order: a sorted set orders members of
+-- one score by name, which is the id.
+local others = {}
+if after_due then
+  local tied = redis.call('ZRANGE', prio, after_due, after_due, 'BYSCORE', 'WITHSCORES')
+  for j = 1, #tied, 2 do
+    if tied[j] > after_id then
+      others[#others + 1] = tied[j]
+      others[#others + 1] = tied[j + 1]
+    end
+  end
+  for _, v in ipairs(redis.call('ZRANGE', prio, '(' .. int_text(after_due), '+inf', 'BYSCORE',
+      'LIMIT', 0, wanted, 'WITHSCORES')) do
+    others[#others + 1] = v
+  end
+else
+  others = redis.call('ZRANGE', prio, 0, wanted - 1, 'WITHSCORES')
+end
+
+-- Merge the two, each in (due, id) order.
+local merged, a, b = {}, 1, 1
+while #merged < wanted * 2 and (a <= #entries or b <= #others) do
+  local take_a = b > #others or (a <= #entries and (tonumber(entries[a + 1]) < tonumber(others[b + 1])
+    or (tonumber(entries[a + 1]) == tonumber(others[b + 1]) and entries[a] < others[b])))
+  if take_a then
+    merged[#merged + 1], merged[#merged + 2] = entries[a], entries[a + 1]
+    a = a + 2
+  else
+    merged[#merged + 1], merged[#merged + 2] = others[b], others[b + 1]
+    b = b + 2
+  end
+end
+
+local out = { now_ms(), #merged > limit * 2 and 1 or 0 }
+for i = 1, math.min(#merged, limit * 2), 2 do
+  local id = merged[i]
   out[#out + 1] = id
-  out[#out + 1] = entries[i + 1]
+  out[#out + 1] = merged[i + 1]
   out[#out + 1] = read_header(prefix, id) or false
 end
 return out

@@ -36,7 +36,8 @@ def write(line: dict[str, Any]) -> None:
 @queue.topic(WORK_TOPIC, ttr=TTR, max_attempts=50, **OPTIONS)
 async def work(body: dict[str, Any], task: Task) -> None:
     start = real_now()
-    mine = {"id": task.id, "attempt": task.attempt, "pid": os.getpid(), "priority": body.get("p")}
+    mine = {"id": task.id, "attempt": task.attempt, "pid": os.getpid(), "priority": task.priority,
+            "token": int(task.token)}  # fmt: skip
     write({**mine, "event": "start", "at": start})
     if SLEEP_S:
         await asyncio.sleep(SLEEP_S)

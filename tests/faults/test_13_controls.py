@@ -1,19 +1,25 @@
-"""Scenario 13: topic limits across a fleet of worker processes (issue figures).
+"""Scenario 13: topic controls across a fleet of worker processes (issue figures).
 
 - rate_limit="200/s" on one topic drained by 5 worker processes: the leases counted in any
   1-s window of Redis's clock never exceed 200 (max and mean reported; handler starts too).
 - max_running=3 across 5 worker processes, one of them SIGKILLed while it runs a task:
   never more than 3 handlers run at once, measured from the handlers' own start and end
   times (a killed handler ends at the kill), and nothing is lost.
+- priorities: due tasks of 10 priorities (sent while the topic is paused, then resumed)
+  drained by 3 worker processes: leased strictly in priority order across the fleet (the
+  lease tokens say the order), and in each process no handler starts before one of
+  higher priority by more than the process's concurrency.  (Across processes, start times
+  also depend on which process the OS runs: reported, not asserted.)
 
-Sizes: CI drains 600 tasks (3 s) and 150 tasks; DELAYQ_FULL_FAULTS=1 runs the issue's
-20 s (4,000 tasks) and 600 tasks.
+Sizes: CI drains 600 tasks (3 s), 150 tasks and 2,000 tasks; DELAYQ_FULL_FAULTS=1 runs
+the issue's 20 s (4,000 tasks), 600 tasks and 10,000 tasks.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,9 @@ CAP = 3
 CAP_TASKS = sized(ci=150, full=600)
 CAP_SLEEP_MS = 30
 CAP_TTR = 2.0
+PRIO_TASKS = sized(ci=2_000, full=10_000)
+PRIORITIES = range(-4, 6)  # ten levels, 0 among them
+PRIO_WORKERS, PRIO_CONCURRENCY = 3, 20
 
 
 async def start_all(spawn_worker: Any, server: Any, queue_name: str, **options: Any) -> list[Any]:
@@ -194,3 +203,78 @@ async def test_13_max_running_holds_across_worker_processes_and_a_kill(
     assert cut_short >= 1 and figures["redelivered"] >= cut_short
     assert figures["most_running"] <= CAP, figures
     assert figures["most_running"] == CAP  # the cap was reached, not just respected
+
+
+def inversions(priorities: list[int], window: int = 0) -> int:
+    """Pairs ``i < j`` with ``j - i > window`` whose priorities are out of order
+    (``priorities[i] < priorities[j]``: the lower one went first)."""
+    seen: Counter[int] = Counter()
+    found = 0
+    for j, priority in enumerate(priorities):
+        if j - window - 1 >= 0:
+            seen[priorities[j - window - 1]] += 1
+        found += sum(count for p, count in seen.items() if p < priority)
+    return found
+
+
+def test_the_inversion_counter() -> None:
+    assert inversions([3, 2, 1]) == 0
+    assert inversions([1, 2, 3]) == 3
+    assert inversions([1, 2, 3], window=1) == 1
+
+
+async def test_13_priority_order_across_worker_processes(
+    make_redis_server, spawn_worker, make_queue, log_dir: Path, queue_name, record_property
+) -> None:
+    server = make_redis_server()
+    queue = make_queue(server.url)
+    rng = random.Random(13)
+    drawn = [rng.choice(PRIORITIES) for _ in range(PRIO_TASKS)]
+    await queue.pause(WORK_TOPIC)  # every task is due before the first lease
+    for priority in PRIORITIES:
+        ids = [f"p{n:05d}" for n, p in enumerate(drawn) if p == priority]
+        await queue.send_many(WORK_TOPIC, [{}] * len(ids), task_ids=ids, priority=priority,
+                              batch_size=1_000)  # fmt: skip
+    workers = [
+        spawn_worker(server, app=LIMITED_APP, concurrency=PRIO_CONCURRENCY, ttr=60.0)
+        for _ in range(PRIO_WORKERS)
+    ]
+    for worker in workers:
+        await worker.started()
+    await queue.resume(WORK_TOPIC)
+
+    def ended() -> int:
+        return sum(1 for e in read_events(log_dir) if e["event"] == "end")
+
+    await wait_until(lambda: ended() >= PRIO_TASKS, PRIO_TASKS / 50 + 60, "every task")
+    starts = [e for e in read_events(log_dir) if e["event"] == "start"]
+    by_lease = sorted(starts, key=lambda e: e["token"])
+    by_start = sorted(starts, key=lambda e: e["at"])
+    window = PRIO_WORKERS * PRIO_CONCURRENCY
+    in_process = sum(
+        inversions([e["priority"] for e in by_start if e["pid"] == pid], PRIO_CONCURRENCY)
+        for pid in {e["pid"] for e in starts}
+    )
+    figures = {
+        "scenario": f"13 priorities: {PRIO_TASKS} due tasks of {len(PRIORITIES)} priorities, "
+        f"{PRIO_WORKERS} worker processes x {PRIO_CONCURRENCY}",
+        "tasks": PRIO_TASKS, "handled": len({e["id"] for e in starts}),
+        "pids": len({e["pid"] for e in starts}),
+        "lease_inversions": inversions([e["priority"] for e in by_lease]),
+        "start_inversions_in_a_process_beyond_its_concurrency": in_process,
+        "start_inversions_across_processes": inversions([e["priority"] for e in by_start]),
+        "start_inversions_across_processes_beyond_fleet_concurrency": inversions(
+            [e["priority"] for e in by_start], window
+        ),
+    }  # fmt: skip
+    print(f"\n{figures}")
+    for key, value in figures.items():
+        record_property(key, value)
+    publish_figures(figures)
+    assert figures["handled"] == PRIO_TASKS and len(starts) == PRIO_TASKS
+    assert [e["priority"] for e in starts if e["priority"] != drawn[int(e["id"][1:])]] == []
+    assert figures["lease_inversions"] == 0, figures
+    assert in_process == 0, figures
+    for priority in PRIORITIES:  # within one priority, earliest due (here: first sent) first
+        ids = [e["id"] for e in by_lease if e["priority"] == priority]
+        assert ids == sorted(ids)
