@@ -7,6 +7,7 @@ delayq cancel myapp.tasks:queue order.close order-7
 delayq dead   myapp.tasks:queue order.close [--replay ID] [--limit 100]
 delayq pause  myapp.tasks:queue payment.capture      (and `delayq resume ...`)
 delayq web    myapp.tasks:queue --port 8080 [--token-file F]   (needs delayq[web])
+delayq periodic myapp.tasks:queue        (periodic topics and their next ticks)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from delayq.errors import AppImportError, DelayqError
 from delayq.queue import Queue
+from delayq.ticks import tick_id
 
 if TYPE_CHECKING:
     from delayq.task import TaskInfo, TopicStats
@@ -150,6 +152,30 @@ async def _web(queue: Queue, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _periodic(queue: Queue, args: argparse.Namespace) -> int:
+    rows = []
+    for name, topic in queue.topics.items():
+        if topic.options.periodic is not None:
+            following = await queue.next_tick(name)
+            rows.append((name, topic.options.periodic, following))
+    if args.json:
+        listed = {
+            name: {
+                "schedule": periodic.schedule.description,
+                "catch_up": periodic.catch_up,
+                "next_tick": following.isoformat() if following else None,
+            }
+            for name, periodic, following in rows
+        }
+        print(json.dumps(listed, indent=2))
+        return 0
+    print(f"{'topic':24} {'schedule':40} {'catch_up':8}  next tick")
+    for name, periodic, following in rows:
+        when = tick_id(round(following.timestamp() * 1000)) if following else "-"
+        print(f"{name:24} {periodic.schedule.description:40} {periodic.catch_up:8}  {when}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``delayq`` command."""
     parser = argparse.ArgumentParser(prog="delayq", description="Delayed tasks on Redis.")
@@ -199,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="lines of `scopes token` (default: $DELAYQ_WEB_TOKENS; none: read-only)",
     )
     web.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    periodic = command(
+        "periodic", _periodic, "list periodic topics and their next ticks", app_required=True
+    )
+    periodic.add_argument("--json", action="store_true")
     return parser
 
 

@@ -6,6 +6,7 @@ The tree::
     ├── InvalidInputError (also ValueError)   bad input, rejected before anything is written
     │   ├── InvalidNameError                 queue name, topic or task id
     │   ├── InvalidDurationError             delay, ttr, grace, `at`, a backoff figure or a durability timeout
+    │   ├── InvalidScheduleError             a periodic topic's cron, interval, time zone or catch_up
     │   ├── BodyTooLargeError                encoded body over the size limit
     │   └── BodyValidationError              body not JSON-serialisable or not valid for the topic's model
     ├── RedisUnavailableError (also ConnectionError)   Redis cannot be reached or is loading
@@ -43,6 +44,11 @@ class InvalidNameError(InvalidInputError):
 class InvalidDurationError(InvalidInputError):
     """Raised for a negative, non-finite or wrongly typed duration, a naive datetime,
     or an absolute time too far in the past."""
+
+
+class InvalidScheduleError(InvalidInputError):
+    """Raised by ``@queue.periodic`` for a bad cron expression, interval, time zone or
+    ``catch_up`` mode, when the handler is decorated (nothing is registered)."""
 
 
 class BodyTooLargeError(InvalidInputError):

@@ -1,12 +1,16 @@
-"""The handler registry that ``Queue`` inherits: ``@queue.topic``, and the hooks around
-handlers, ``@queue.lifespan`` and ``@queue.middleware``.
+"""The handler registry that ``Queue`` inherits: ``@queue.topic`` and
+``@queue.periodic``, and the hooks around handlers, ``@queue.lifespan`` and
+``@queue.middleware``.
 
 A worker reads what is registered here when it starts (through
-:class:`~delayq.worker.source.TaskSource`); nothing here talks to Redis.
+:class:`~delayq.worker.source.TaskSource`); only :meth:`HandlerRegistry.next_tick` talks
+to Redis.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from delayq.backoff import Backoff
@@ -15,13 +19,27 @@ from delayq.errors import InvalidInputError
 from delayq.hooks import Lifespan, Middleware, check_lifespan, check_middleware
 from delayq.limits import RateLimit, check_max_running
 from delayq.redis.keys import check_topic
-from delayq.topic import Sender, Topic, TopicDecorator, TopicOptions, check_max_attempts
+from delayq.task import from_millis
+from delayq.ticks import CatchUp, PeriodicOptions, check_catch_up, schedule
+from delayq.topic import (
+    Sender,
+    Topic,
+    TopicDecorator,
+    TopicOptions,
+    check_max_attempts,
+    tick_handler,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from datetime import datetime
+
+    from delayq.redis.keys import TopicKeys
+    from delayq.redis.scripts import Scripts
 
 LifespanT = TypeVar("LifespanT", bound=Lifespan)
 MiddlewareT = TypeVar("MiddlewareT", bound=Middleware)
+PeriodicHandler = Callable[..., Awaitable[None]]
+"""``async def handler(task) -> None`` (or one taking nothing)."""
 
 
 class RegisteringQueue(Sender, Protocol):
@@ -32,9 +50,17 @@ class RegisteringQueue(Sender, Protocol):
     middlewares: list[Middleware]
     lifespan_factory: Lifespan | None
 
+    @property
+    def scripts(self) -> Scripts:
+        """Runs tick_state.lua."""
+
+    def keys(self, topic: str) -> TopicKeys:
+        """The Redis key names of ``topic``."""
+
 
 class HandlerRegistry:
-    """``Queue.topic``, ``Queue.lifespan`` and ``Queue.middleware``.
+    """``Queue.topic``, ``Queue.periodic`` (and ``next_tick``), ``Queue.lifespan`` and
+    ``Queue.middleware``.
 
     Attributes:
         topics: the registered topics, by name.
@@ -91,6 +117,71 @@ class HandlerRegistry:
             return handle
 
         return TopicDecorator(register)
+
+    def periodic(
+        self: RegisteringQueue,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        tz: str | None = None,
+        catch_up: CatchUp = "latest",
+        ttr: Duration = 30.0,
+        max_attempts: int = 5,
+        backoff: Backoff | None = None,
+    ) -> Callable[[PeriodicHandler], Topic[None]]:
+        """Register the decorated ``async def handler(task)`` to run on a schedule.
+
+        Each tick runs once across every worker that consumes the topic: a tick is a task
+        whose id is its time (``2026-11-25T03:00:00.000Z``), scheduled by one atomic
+        script that refuses any tick not later than the last one ever scheduled.  It fires
+        like any task (Redis's clock; ``task.due_at`` is the tick's time) and is retried
+        and dead-lettered like one.
+
+        Args:
+            name: the topic.
+            cron: a cron expression (5 fields, or 6 with seconds first), evaluated by
+                cronsim in ``tz``; or
+            every: a fixed interval (ticks at its multiples since the Unix epoch).
+            tz: the IANA time zone of ``cron`` (default UTC).
+            catch_up: ticks missed while no worker could schedule them: ``"latest"`` runs
+                the most recent one, ``"all"`` runs them all, oldest first (at most
+                :data:`~delayq.ticks.MAX_CATCH_UP`), ``"none"`` skips them.
+            ttr, max_attempts, backoff: as for :meth:`topic`.
+
+        Raises:
+            InvalidScheduleError: a bad ``cron``, ``every``, ``tz`` or ``catch_up``, at
+                decoration time.
+        """
+        options = PeriodicOptions(schedule(cron=cron, every=every, tz=tz), check_catch_up(catch_up))
+        register = HandlerRegistry.topic(
+            self, name, ttr=ttr, max_attempts=max_attempts, backoff=backoff
+        )
+
+        def decorate(handler: PeriodicHandler) -> Topic[None]:
+            handle: Topic[None] = register(tick_handler(handler))
+            handle.options = replace(handle.options, periodic=options)
+            return handle
+
+        return decorate
+
+    async def next_tick(self: RegisteringQueue, topic: str) -> datetime | None:
+        """When periodic ``topic`` ticks next, as its chain in Redis says.
+
+        Returns:
+            The next tick scheduled, or ``None`` when no worker with this process's
+            schedule for the topic has scheduled one yet (none ever ran, or one with
+            another schedule did), or the last tick scheduled is already due.
+
+        Raises:
+            InvalidInputError: ``topic`` is not a periodic topic registered here.
+        """
+        registered = self.topics.get(topic)
+        if registered is None or registered.options.periodic is None:
+            raise InvalidInputError(f"{topic!r} is not a periodic topic of queue {self.name!r}")
+        now, fingerprint, last = await self.scripts.tick_state(self.keys(topic))
+        mine = fingerprint == registered.options.periodic.schedule.fingerprint
+        return from_millis(last) if mine and last > now else None
 
     def lifespan(self: RegisteringQueue, lifespan: LifespanT) -> LifespanT:
         """Register the queue's lifespan (a decorator): the resources its handlers share.

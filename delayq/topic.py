@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from delayq.limits import RateLimit
     from delayq.task import SendResult, Task
+    from delayq.ticks import PeriodicOptions
 
 BodyT = TypeVar("BodyT")
 Handler = Callable[..., Awaitable[None]]
@@ -34,14 +36,16 @@ Handler = Callable[..., Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class TopicOptions:
-    """How a topic's tasks are run: lease length, attempt limit, retry backoff, and the
-    fleet-wide limits its workers declare (``None``: no limit)."""
+    """How a topic's tasks are run: lease length, attempt limit, retry backoff, the
+    fleet-wide limits its workers declare (``None``: no limit), and for a periodic topic,
+    its schedule."""
 
     ttr_ms: int = 30_000
     max_attempts: int = 5
     backoff: Backoff = field(default_factory=Backoff)
     rate_limit: RateLimit | None = None
     max_running: int | None = None
+    periodic: PeriodicOptions | None = None
 
 
 MAX_ATTEMPTS_LIMIT = 1_000_000
@@ -106,11 +110,7 @@ def body_adapter(handler: Handler) -> tuple[TypeAdapter[Any], bool]:
     """
     if not inspect.iscoroutinefunction(handler):
         raise InvalidInputError(f"handler {handler!r} must be an `async def` function")
-    params = [
-        p
-        for p in inspect.signature(handler).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-    ]
+    params = _required_params(handler)
     if len(params) not in (1, 2):
         raise InvalidInputError(
             f"handler {handler.__name__} must take (body) or (body, task), got {len(params)} arguments"
@@ -118,6 +118,45 @@ def body_adapter(handler: Handler) -> tuple[TypeAdapter[Any], bool]:
     hints = get_type_hints(handler)
     annotation = hints.get(params[0].name, Any)
     return TypeAdapter(annotation), len(params) == 2
+
+
+def tick_handler(handler: Callable[..., Awaitable[None]]) -> Handler:
+    """Adapt a periodic handler, ``(task)`` or ``()``, to the ``(body, task)`` a topic runs
+    (a tick's body is ``null``).
+
+    Raises:
+        InvalidInputError: the handler is not ``async def`` or takes more than one argument.
+    """
+    if not inspect.iscoroutinefunction(handler):
+        raise InvalidInputError(f"handler {handler!r} must be an `async def` function")
+    params = _required_params(handler)
+    if len(params) > 1:
+        raise InvalidInputError(
+            f"periodic handler {handler.__name__} must take (task) or nothing, "
+            f"got {len(params)} arguments"
+        )
+    if params:
+
+        async def run(body: None, task: Any) -> None:
+            await handler(task)
+
+    else:
+
+        async def run(body: None, task: Any) -> None:
+            await handler()
+
+    # Named after the handler for logs and reprs; its own annotations stay (body: None).
+    functools.update_wrapper(run, handler, assigned=("__name__", "__qualname__", "__doc__"))
+    del run.__wrapped__  # type: ignore[attr-defined]  # inspect must see run's own signature
+    return run
+
+
+def _required_params(handler: Callable[..., Any]) -> list[inspect.Parameter]:
+    return [
+        p
+        for p in inspect.signature(handler).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
 
 
 class Sender(Protocol):

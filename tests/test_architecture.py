@@ -10,8 +10,8 @@ The layers, from the top (a module may import its own layer and the ones below):
     queue        delayq.queue and the modules it delegates to
     worker       delayq.worker.*
     redis        delayq.redis.*
-    leaves       errors, duration, backoff, ids, codec, task, cancel, topic, limits, hooks:
-                 anyone may import these
+    leaves       errors, duration, backoff, ids, codec, task, cancel, topic, limits, hooks,
+                 ticks: anyone may import these
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ LEAVES = {
     "delayq.topic",
     "delayq.limits",
     "delayq.hooks",
+    "delayq.ticks",
 }
 # delayq.cli (and __main__, which runs it) is an extension too: `delayq web` imports
 # delayq.web when it runs (and
@@ -43,7 +44,7 @@ LEAVES = {
 EXTENSIONS = ("delayq.testing", "delayq.web", "delayq.metrics", "delayq.otel", "delayq.archive",
               "delayq.cli", "delayq.__main__")  # fmt: skip
 OPTIONAL = ("fastapi", "starlette", "uvicorn", "prometheus_client", "opentelemetry",
-            "sqlalchemy", "asyncpg", "asyncmy", "playwright", "cronsim", "croniter", "uvloop",
+            "sqlalchemy", "asyncpg", "asyncmy", "playwright", "croniter", "uvloop",
             "httptools", "schemathesis")  # fmt: skip
 
 

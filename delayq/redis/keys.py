@@ -22,6 +22,9 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:meta       HASH  scheduled -> count of delayed + ready tasks
     delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
     delayq:{shop:*}:wake                 the pattern of every topic's wake channel (long polls)
+    delayq:{shop:order.close}:periodic   HASH  a periodic topic's chain: fp (its schedule's
+                                               fingerprint), last (latest tick scheduled, ms),
+                                               id (that tick's task id)
     delayq:{shop}:topics                 SET   topics that have been used (for stats)
 """
 
@@ -108,6 +111,8 @@ class TopicKeys:
     """How far :attr:`prio` has been moved into :attr:`prio_ready` (ms)."""
     meta: str
     """The topic's counts kept by the scripts (``_layout.lua``: ``meta_key``)."""
+    periodic: str
+    """A periodic topic's chain of ticks (tick.lua)."""
 
     @classmethod
     def build(cls, queue: str, topic: str) -> TopicKeys:
@@ -129,6 +134,7 @@ class TopicKeys:
             prio_ready=base + "prio:ready",
             prio_mark=base + "prio:mark",
             meta=base + "meta",
+            periodic=base + "periodic",
         )
 
     def bucket(self, task_id: str, count: int = 0) -> str:

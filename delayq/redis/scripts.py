@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 NackMode = Literal["retry", "dead", "release"]
+TickMode = Literal["advance", "claim"]
 MAX_UNPACK = 2000
 """Most ids one script call passes through Lua's unpack() (its limit is ~8,000 values)."""
 
@@ -101,7 +102,7 @@ class Scripts:
         self._lane = lane
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters", "upcoming", "timeline",
-                 "control")  # fmt: skip
+                 "control", "tick", "tick_state")  # fmt: skip
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(lua_source(name)) for name in names
         }
@@ -395,3 +396,28 @@ class Scripts:
         )
         counts = [(_int(reply[i]), bool(_int(reply[i + 1]))) for i in range(1, len(reply), 2)]
         return _int(reply[0]), counts[0], counts[1:]
+
+    async def tick(
+        self,
+        keys: TopicKeys,
+        *,
+        mode: TickMode,
+        fingerprint: str,
+        tick_ms: int,
+        task_id: str,
+        body: bytes,
+    ) -> tuple[int, int, int]:
+        """Run tick.lua. Returns (1 scheduled | 0 not later than the last tick | -1 another
+        schedule owns the chain, now ms, last tick ms or -1)."""
+        reply = await self._run(
+            "tick",
+            (keys.prefix, keys.wheel, keys.dead, keys.errors, keys.periodic),
+            (mode, fingerprint, tick_ms, task_id, body, keys.wake),
+        )
+        return _int(reply[0]), _int(reply[1]), _int(reply[2])
+
+    async def tick_state(self, keys: TopicKeys) -> tuple[int, str | None, int]:
+        """Run tick_state.lua. Returns (now ms, the chain's fingerprint or None, last tick
+        ms or -1)."""
+        now, fingerprint, last = await self._run("tick_state", (keys.periodic,), ())
+        return _int(now), _text(fingerprint) if fingerprint else None, _int(last)

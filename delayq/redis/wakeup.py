@@ -51,21 +51,34 @@ class Wakeup:
     def __init__(self, redis: Redis, channels: Iterable[str]) -> None:
         self._redis = redis
         self._events = {channel: asyncio.Event() for channel in channels}
+        self._listeners: dict[str, list[asyncio.Event]] = {}
         self.subscribed = asyncio.Event()
 
     def event(self, channel: str) -> asyncio.Event:
         """The event set whenever ``channel`` receives a wake-up."""
         return self._events[channel]
 
+    def listener(self, channel: str) -> asyncio.Event:
+        """Another event set on every wake-up of ``channel`` (a periodic topic's keeper
+        waits on one beside the topic's fetch loop)."""
+        event = asyncio.Event()
+        self._listeners.setdefault(channel, []).append(event)
+        return event
+
     def set_all(self) -> None:
         """Wake every topic (after a reconnect, or to stop)."""
         for event in self._events.values():
             event.set()
+        for listeners in self._listeners.values():
+            for listener in listeners:
+                listener.set()
 
     def _deliver(self, channel: str) -> None:
         event = self._events.get(channel)
         if event is not None:
             event.set()
+        for listener in self._listeners.get(channel, ()):
+            listener.set()
 
     async def run(self) -> None:
         """Listen until cancelled, resubscribing after connection failures."""

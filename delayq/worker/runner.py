@@ -40,6 +40,7 @@ from delayq.worker.chain import build_chain
 from delayq.worker.declare import declare_limits
 from delayq.worker.execution import Executor
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
+from delayq.worker.periodic import Keeper
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
@@ -194,6 +195,7 @@ class Worker:
                 wakeup = group.create_task(self._wakeup.run(), name="delayq-wakeup")
                 acker = group.create_task(self._executor.acker.run(), name="delayq-acker")
                 fetchers = [group.create_task(self._fetch(t)) for t in self.topics]
+                fetchers += [group.create_task(keeper.run()) for keeper in self._keepers()]
                 await self._stopping.wait()
                 await self._shutdown(fetchers, consumers, acker)
                 wakeup.cancel()
@@ -210,6 +212,18 @@ class Worker:
             for sig in signals:
                 loop.remove_signal_handler(sig)
             log.info("worker stopped")
+
+    def _keepers(self) -> list[Keeper]:
+        """One per periodic topic consumed: keeps its next tick scheduled."""
+        keepers = []
+        for topic in self.topics:
+            if topic.options.periodic is not None:
+                keys = self.queue.keys(topic.name)
+                wake = self._wakeup.listener(keys.wake)
+                keepers.append(
+                    Keeper(self.queue.scripts, keys, topic.options.periodic, wake, self._stopping)
+                )
+        return keepers
 
     async def _wait_for_redis(self) -> None:
         retry_in = 0.1

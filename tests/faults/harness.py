@@ -69,6 +69,7 @@ class WorkerProc:
         clock_shift: run with ``time.time`` shifted by this many seconds.
         env: extra environment variables.
         app: the app the worker runs (default: the recorder).
+        ready_topic: the topic whose wake-up subscription means the worker is running.
     """
 
     url: str
@@ -83,6 +84,7 @@ class WorkerProc:
     topics: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     app: str = "tests.faults.apps.recorder:queue"
+    ready_topic: str = WORK_TOPIC
     proc: subprocess.Popen[bytes] | None = None
     stderr_path: Path = field(init=False)
 
@@ -122,7 +124,7 @@ class WorkerProc:
 
     async def started(self, timeout: float = 15.0) -> WorkerProc:
         """Start, and wait until the worker listens for wake-ups (it is then fetching)."""
-        channel = f"delayq:{{{self.queue_name}:{WORK_TOPIC}}}:wake"
+        channel = f"delayq:{{{self.queue_name}:{self.ready_topic}}}:wake"
         before = self._subscribers(channel)
         self.start()
 

@@ -1,0 +1,151 @@
+"""Keeping a periodic topic's next tick scheduled, from every worker that consumes it.
+
+A periodic topic's ticks are ordinary tasks, each stored by tick.lua, which refuses any
+tick not later than the last one ever scheduled.  Every worker runs one :class:`Keeper`
+per periodic topic: it sleeps until the chain's last scheduled tick is due (a delta of
+Redis's clock), then schedules the one after it.  All keepers wake at about the same
+moment and try the same tick; one call stores it, the others are refused.  So a tick is
+scheduled a whole period before it is due and fires like any task, a keeper that dies
+(its worker killed) costs nothing while another runs, and no tick is ever scheduled
+twice, not even after it ran and was acked.
+
+At start a keeper *claims* the chain: one left by a schedule with another fingerprint
+(the code changed) is replaced, its waiting tick deleted.  After that it only *advances*
+it, and stands aside if a worker with yet another schedule claimed it since.
+
+Ticks are *missed* when no keeper could schedule them before they were due (no worker
+ran, or Redis was down); ``catch_up`` decides what runs then: ``"latest"`` the most
+recent missed tick, ``"all"`` every one (at most :data:`MAX_CATCH_UP`), ``"none"`` none.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from delayq.cancel import first_of, raise_if_cancelling
+from delayq.errors import DelayqError
+from delayq.ticks import MAX_CATCH_UP, tick_id
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from delayq.redis.keys import TopicKeys
+    from delayq.redis.scripts import Scripts, TickMode
+    from delayq.ticks import PeriodicOptions
+
+log = logging.getLogger("delayq.worker")
+
+RECHECK = 10.0
+"""Longest sleep of a keeper: bounds how long a chain that lost its state (a Redis without
+persistence restarted) or was claimed by another schedule goes unnoticed."""
+TICK_BODY = b"null"
+
+
+class Keeper:
+    """Keeps one periodic topic's next tick scheduled (see the module docstring).
+
+    Args:
+        scripts: runs tick.lua and tick_state.lua.
+        keys: the topic's keys.
+        periodic: its schedule and catch-up mode.
+        wake: set on a wake-up of the topic (a tick was stored, or someone moved time).
+        stopping: set when the worker stops.
+    """
+
+    def __init__(
+        self,
+        scripts: Scripts,
+        keys: TopicKeys,
+        periodic: PeriodicOptions,
+        wake: asyncio.Event,
+        stopping: asyncio.Event,
+    ) -> None:
+        self._scripts = scripts
+        self._keys = keys
+        self._periodic = periodic
+        self._wake = wake
+        self._stopping = stopping
+        self._mode: TickMode = "claim"
+        self._warned_superseded = False
+
+    async def run(self) -> None:
+        """Schedule ticks until the worker stops."""
+        failures = 0
+        while not self._stopping.is_set():
+            raise_if_cancelling()
+            self._wake.clear()
+            try:
+                pause = await self.step()
+            except DelayqError as exc:
+                failures += 1
+                pause = min(0.05 * 2**failures, 1.0)
+                log.warning(
+                    "periodic %r: scheduling its next tick failed (%s); retrying in %.2fs",
+                    self._keys.topic, exc, pause,
+                )  # fmt: skip
+            else:
+                failures = 0
+            if pause > 0:
+                await self._sleep(pause)
+
+    async def step(self) -> float:
+        """Look at the chain once and schedule a tick if one is due; returns how long to
+        sleep before looking again (0: at once)."""
+        now, owner, last = await self._scripts.tick_state(self._keys)
+        schedule = self._periodic.schedule
+        mine = owner == schedule.fingerprint
+        if mine and last > now:
+            return min((last - now) / 1000, RECHECK)  # the next tick is already scheduled
+        if owner is not None and not mine and self._mode == "advance":
+            self._superseded()
+            return RECHECK
+        tick = self.choose(last if mine and last >= 0 else None, now)
+        status, now, last = await self._scripts.tick(
+            self._keys, mode=self._mode, fingerprint=schedule.fingerprint, tick_ms=tick,
+            task_id=tick_id(tick), body=TICK_BODY,
+        )  # fmt: skip
+        if status == 1:
+            if self._mode == "claim":
+                log.info("periodic %r: %s, next tick %s", self._keys.topic,
+                         schedule.description, tick_id(tick))  # fmt: skip
+            self._mode = "advance"
+            return 0 if tick <= now else min((tick - now) / 1000, RECHECK)
+        if status == -1:
+            self._superseded()
+            return RECHECK
+        return 0  # another keeper scheduled it first: read the chain again
+
+    def choose(self, last: int | None, now: int) -> int:
+        """The tick to schedule after the chain's ``last`` (None: a new chain), at ``now``."""
+        schedule = self._periodic.schedule
+        if last is None:
+            return schedule.next_after(now)
+        following = schedule.next_after(last)
+        if following > now:
+            return following  # nothing missed: the usual case
+        mode = self._periodic.catch_up
+        if mode == "none":
+            return schedule.next_after(now)
+        if mode == "latest":
+            return schedule.ticks_back(now, 1)[0]
+        missed = [tick for tick in schedule.ticks_back(now, MAX_CATCH_UP + 1) if tick > last]
+        if len(missed) > MAX_CATCH_UP:
+            log.warning(
+                "periodic %r: more than %d ticks were missed; catching up from %s",
+                self._keys.topic, MAX_CATCH_UP, tick_id(missed[MAX_CATCH_UP - 1]),
+            )  # fmt: skip
+            return missed[MAX_CATCH_UP - 1]
+        return following
+
+    def _superseded(self) -> None:
+        if not self._warned_superseded:
+            self._warned_superseded = True
+            log.warning(
+                "periodic %r: a worker with another schedule took over its ticks; this worker"
+                " runs them but no longer schedules them",
+                self._keys.topic,
+            )
+
+    async def _sleep(self, seconds: float) -> None:
+        await first_of(self._wake, self._stopping, within=seconds)
