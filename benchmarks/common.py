@@ -24,6 +24,7 @@ import json
 import math
 import os
 import random
+import resource
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
@@ -99,6 +100,12 @@ def rate(count: int, seconds: float) -> float:
 def cpu_seconds(info_cpu: dict[str, Any]) -> float:
     """redis-server's user + sys CPU time so far, from an ``INFO cpu`` reply."""
     return float(info_cpu["used_cpu_user"]) + float(info_cpu["used_cpu_sys"])
+
+
+def process_cpu_seconds() -> float:
+    """This process's user + sys CPU time so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def emit(result: dict[str, Any], pretty: bool = False) -> None:
@@ -339,6 +346,11 @@ class Peer:
     bulk_api: ClassVar[str | None] = None
     #: Extra long-running processes needed for delayed tasks to fire (e.g. a scheduler).
     sidecars: ClassVar[tuple[str, ...]] = ()
+    #: The scenarios this adapter takes part in; None: all of them.
+    scenarios: ClassVar[tuple[str, ...] | None] = None
+    #: True for a yardstick that is not a library (measured beside them, never ranked
+    #: among them, not drawn in the chart).
+    reference: ClassVar[bool] = False
 
     def settings(self) -> dict[str, Any]:
         """Poll intervals and other defaults in effect (read from the library where possible)."""
@@ -385,6 +397,8 @@ class Peer:
             "delayed_api": self.delayed_api,
             "bulk_api": self.bulk_api,
             "sidecars": list(self.sidecars),
+            "scenarios": None if self.scenarios is None else list(self.scenarios),
+            "reference": self.reference,
             "settings": self.settings(),
         }
 
@@ -512,7 +526,7 @@ async def _serve_until_done(
     _recorder = recorder = Recorder(args.meta_url, args.n)
     stop = asyncio.Event()
     await ready_set_go(args.meta_url)
-    started_at = time.time()
+    started_at, cpu_at_start = time.time(), process_cpu_seconds()
     serving = asyncio.ensure_future(serve(stop))
     stop_flushing = asyncio.Event()
     flusher = asyncio.ensure_future(recorder.flush_until(stop_flushing))
@@ -523,6 +537,7 @@ async def _serve_until_done(
         flusher.cancel()
         (serving if serving.done() else flusher).result()
         raise RuntimeError("worker stopped before the target was reached")
+    cpu = process_cpu_seconds() - cpu_at_start
     stop.set()
     forced = False
     try:
@@ -537,6 +552,7 @@ async def _serve_until_done(
         "stopped_at": time.time(),
         "first_at": recorder.first_at,
         "processed": recorder.processed,
+        "cpu_seconds": cpu,  # from the release until the target was reached
         "forced_stop": forced,
     }
 

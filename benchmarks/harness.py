@@ -41,6 +41,7 @@ from benchmarks.common import (
     KEY_GO,
     KEY_LATENESS,
     KEY_READY,
+    cpu_seconds,
     parse_result,
 )
 from benchmarks.peers import DEV_GROUP, PEERS, RUNNABLE
@@ -231,6 +232,7 @@ class Fleet:
             for _ in range(workers)
         ]
         self.sidecars = [runner.spawn(lib, "sidecar", n=target, name=name) for name in sidecars]
+        self.redis_cpu_at_release = 0.0
 
     @property
     def procs(self) -> list[Proc]:
@@ -240,12 +242,14 @@ class Fleet:
         """Wait until every process is up (imports done), then let them all start serving."""
         meta = self.runner.meta.client
         self._poll(lambda: int(meta.get(KEY_READY) or 0) >= len(self.procs), timeout, "start")
+        self.redis_cpu_at_release = self._redis_cpu()
         meta.set(KEY_GO, repr(time.time()))
 
     def wait_done(self, timeout: float) -> dict[str, Any]:
         """Block until ``target`` completions; return timings from the workers."""
         meta = self.runner.meta.client
         self._poll(lambda: meta.exists(KEY_DONE_AT), timeout, "finish", stall_s=STALL_S)
+        redis_cpu = self._redis_cpu() - self.redis_cpu_at_release
         done_at = float(meta.get(KEY_DONE_AT))
         results = []
         for proc in self.procs:
@@ -269,8 +273,14 @@ class Fleet:
             "rate": self.target / seconds,
             # Only `target` tasks exist, so completions beyond it are re-runs.
             "extra_runs": self.completions() - self.target,
+            # CPU per task from the release to the target (Redis: read as the poll saw it).
+            "worker_cpu_usec": sum(r["cpu_seconds"] for r in workers) * 1e6 / self.target,
+            "redis_cpu_usec": redis_cpu * 1e6 / self.target,
             "processes": results,
         }
+
+    def _redis_cpu(self) -> float:
+        return cpu_seconds(self.runner.data.client.info("cpu"))
 
     def _poll(
         self, condition: Any, timeout: float, what: str, stall_s: float | None = None
@@ -421,6 +431,8 @@ def run_rounds(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
             scenario = scenarios.SCENARIOS[name]
             targets = [None] if scenario.once else order(args.libs, round_index)
             for lib in targets:
+                if lib is not None and name not in (ctx.peers[lib]["scenarios"] or [name]):
+                    continue
                 key = lib or scenarios.CEILING_KEY
                 label = f"[round {round_index + 1}/{args.rounds}] {name:<8} {key:<10}"
                 print(label, end=" ", flush=True)

@@ -118,7 +118,12 @@ def _finish(ax: Any, legend_at: str) -> None:
 
 
 def draw(results: dict[str, Any], out: Path) -> None:
-    libs = [lib for lib in results["meta"]["libs"] if lib in results["summary"]]
+    peers = results["peers"]
+    libs = [
+        lib
+        for lib in results["meta"]["libs"]
+        if lib in results["summary"] and not peers[lib].get("reference")  # libraries only
+    ]
     palette = plt.get_cmap("tab10")
     colors = {lib: palette(i % 10) for i, lib in enumerate(libs)}
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5))

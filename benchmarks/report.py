@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks import scenarios
+from benchmarks import scenarios, targets
 
 #: (metric key, column title, format) for the throughput table.
 THROUGHPUT_COLUMNS = [
@@ -42,6 +42,15 @@ COST_COLUMNS = [
     ("cpu_usec_per_task_bulk", "cpu us/task", "dec"),
     ("extra_runs_total", "re-runs", "int"),
 ]
+#: Same for the drain's CPU per task, worker processes and redis-server.
+DRAIN_CPU_COLUMNS = [
+    ("drain1_worker_cpu_usec", "x1: workers us/task", "dec"),
+    ("drain1_redis_cpu_usec", "redis", "dec"),
+    ("drain2_worker_cpu_usec", "x2: workers", "dec"),
+    ("drain2_redis_cpu_usec", "redis", "dec"),
+    ("drain4_worker_cpu_usec", "x4: workers", "dec"),
+    ("drain4_redis_cpu_usec", "redis", "dec"),
+]
 #: Same for the scale table (only printed when the scale scenario ran).
 SCALE_COLUMNS = [
     ("scale_small_ms", "small: drain ms", "ms"),
@@ -59,7 +68,9 @@ Columns:
   enqueue/s     N tasks delayed by 1 h, each call awaited before the next
   bulk/s        the same through the library's bulk API, 1,000 tasks per call
   drain xK/s    N ready no-op tasks pre-enqueued, K worker processes released together:
-                N / (release .. the completion that brought the shared counter to N)
+                N / (release .. the completion that brought the shared counter to N);
+                bare = no library, delayq's shape of work (benchmarks/peers/bare.py)
+  drain CPU     the worker processes' and redis-server's CPU over that time, per task
   due-drain/s   the same for N delayed tasks that are all past due (cost scenario), sidecars included
   idle          handler start - due time over M tasks due at random times, idle worker;
                 early = firings before the due time
@@ -90,13 +101,15 @@ NOT_METRICS = {
 
 def build(raw: dict[str, Any], peers: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """The results document: run facts, methods, peers, medians and raw rounds."""
-    return {
+    results = {
         "meta": meta,
         "methods": {name: inspect.getdoc(s.run) for name, s in scenarios.SCENARIOS.items()},
         "peers": peers,
         "summary": summarize(raw),
         "raw": raw,
     }
+    results["targets"] = targets.as_dicts(targets.judge(results))
+    return results
 
 
 def summarize(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -160,9 +173,13 @@ def table(title: str, rows: list[list[str]], header: list[str]) -> str:
 
 def _rows(results: dict[str, Any], columns: list[tuple[str, str, str]]) -> list[list[str]]:
     rows = []
+    metrics = {key for key, _, _ in columns} - {"extra_runs_total"}  # always present
     for lib in results["meta"]["libs"]:
         entry = results["summary"].get(lib, {})
-        version = results["peers"][lib]["version"]
+        if not metrics & entry.keys() and not entry.get("errors"):
+            continue  # e.g. the no-library consumer, which only drains
+        peer = results["peers"][lib]
+        version = "(no library)" if peer.get("reference") else peer["version"]
         cells = [fmt(entry.get(key), kind) for key, _, kind in columns]
         rows.append([f"{lib} {version}", *cells] + (["ERR"] if entry.get("errors") else []))
     return rows
@@ -177,6 +194,7 @@ def tables(results: dict[str, Any]) -> str:
     for title, columns in (
         (f"Throughput, tasks/s ({rounds})", THROUGHPUT_COLUMNS),
         (f"Lateness ({rounds})", LATENESS_COLUMNS),
+        (f"Drain, CPU per task in µs ({rounds})", DRAIN_CPU_COLUMNS),
         (f"Memory, Redis cost per task ({rounds})", COST_COLUMNS),
         (f"Scale: small = {small:,}, large = {large:,} delayed tasks ({rounds})", SCALE_COLUMNS),
     ):
@@ -192,6 +210,9 @@ def tables(results: dict[str, Any]) -> str:
     ceiling = results["summary"].get(scenarios.CEILING_KEY)
     if ceiling:
         parts.append(_ceiling(results, ceiling))
+    judged = targets.text([targets.Verdict(**v) for v in results.get("targets", [])])
+    if judged:
+        parts.append(judged)
     skipped = _skipped(results)
     if skipped:
         parts.append(skipped)

@@ -117,7 +117,8 @@ def drain(ctx: Context, lib: str) -> dict[str, Any]:
 
     Worker processes start, import, then wait at a barrier; once all are up they
     are released together and hand control to the library.  Rate = N / (time of
-    the completion that brought the shared counter to N - release time).
+    the completion that brought the shared counter to N - release time).  Also the
+    CPU per task of the worker processes and of redis-server over that time.
     """
     n = ctx.counts.drain
     metrics: dict[str, Any] = {"drain_extra_runs": 0}
@@ -129,6 +130,8 @@ def drain(ctx: Context, lib: str) -> dict[str, Any]:
         metrics[f"drain{workers}_rate"] = done["rate"]
         metrics[f"drain{workers}_seconds"] = done["seconds"]
         metrics[f"drain{workers}_startup_seconds"] = done["startup_seconds"]
+        metrics[f"drain{workers}_worker_cpu_usec"] = done["worker_cpu_usec"]
+        metrics[f"drain{workers}_redis_cpu_usec"] = done["redis_cpu_usec"]
         metrics["drain_extra_runs"] += done["extra_runs"]
         metrics["fill_method"] = fill["method"]
     return metrics

@@ -17,6 +17,7 @@ PEERS: dict[str, str] = {
     "streaq": "redis8",
     "taskiq": "redis8",
     "bullmq": "redis8",
+    "bare": "dev",  # no library: delayq's shape of work, the drain's yardstick
 }
 
 #: Group name that means "the dev interpreter", not a benchmark virtualenv.
