@@ -15,6 +15,7 @@ from delayq.errors import (
     BodyValidationError,
     DelayqError,
     InvalidDurationError,
+    InvalidHeadersError,
     InvalidInputError,
     InvalidNameError,
     InvalidScheduleError,
@@ -28,6 +29,7 @@ from delayq.errors import (
     Retry,
     UnsupportedRedisError,
 )
+from delayq.events import Hooks, Sending, TaskEvent
 from delayq.hooks import CallNext, Middleware
 from delayq.limits import RateLimit
 from delayq.queue import Queue
@@ -49,7 +51,9 @@ __all__ = [
     "DelayqError",
     "Durability",
     "Duration",
+    "Hooks",
     "InvalidDurationError",
+    "InvalidHeadersError",
     "InvalidInputError",
     "InvalidNameError",
     "InvalidScheduleError",
@@ -70,7 +74,9 @@ __all__ = [
     "Retry",
     "SendOutcome",
     "SendResult",
+    "Sending",
     "Task",
+    "TaskEvent",
     "TaskInfo",
     "TaskState",
     "Timeline",

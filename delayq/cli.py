@@ -1,6 +1,6 @@
 """The ``delayq`` command: run a worker, and inspect or manage a queue.
 
-delayq worker myapp.tasks:queue --concurrency 50 [--topics a,b] [--grace 10]
+delayq worker myapp.tasks:queue --concurrency 50 [--topics a,b] [--grace 10] [--metrics-port 9100]
 delayq stats  myapp.tasks:queue          (or --url/--name without importing the app)
 delayq get    myapp.tasks:queue order.close order-7
 delayq cancel myapp.tasks:queue order.close order-7
@@ -8,6 +8,8 @@ delayq dead   myapp.tasks:queue order.close [--replay ID] [--limit 100]
 delayq pause  myapp.tasks:queue payment.capture      (and `delayq resume ...`)
 delayq web    myapp.tasks:queue --port 8080 [--token-file F]   (needs delayq[web])
 delayq periodic myapp.tasks:queue        (periodic topics and their next ticks)
+delayq history myapp.tasks:queue order.close [--limit 100] [--before SEQ] [--json]
+delayq archive myapp.tasks:queue --to postgresql+asyncpg://... [--every 60]  (delayq[archive])
 """
 
 from __future__ import annotations
@@ -70,6 +72,15 @@ def _info_json(info: TaskInfo) -> str:
 
 async def _worker(queue: Queue, args: argparse.Namespace) -> int:
     topics = [t for t in args.topics.split(",") if t] if args.topics else None
+    if args.metrics_port is not None:
+        try:
+            from delayq.metrics import DelayqMetrics, serve_metrics
+        except ImportError as exc:
+            raise AppImportError(
+                f"--metrics-port needs the prometheus extra (pip install delayq[prometheus]): {exc}"
+            ) from exc
+        DelayqMetrics(queue)
+        serve_metrics(args.metrics_port, addr=args.metrics_addr)
     await queue.run_worker(concurrency=args.concurrency, topics=topics, grace=args.grace)
     return 0
 
@@ -176,6 +187,39 @@ async def _periodic(queue: Queue, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _history(queue: Queue, args: argparse.Namespace) -> int:
+    records = await queue.history(args.topic, limit=args.limit, before=args.before)
+    for record in records:
+        if args.json:
+            print(record.model_dump_json())
+            continue
+        late = "-" if record.lateness is None else f"{record.lateness * 1000:.1f}ms"
+        print(f"{record.seq}\t{record.finished_at.isoformat()}\t{record.outcome}\t{record.id}"
+              f"\tattempts={record.attempts}\tlateness={late}\t{record.error or ''}")  # fmt: skip
+    return 0
+
+
+async def _archive(queue: Queue, args: argparse.Namespace) -> int:
+    try:
+        from delayq.archive import Archiver
+    except ImportError as exc:
+        raise AppImportError(
+            f"delayq archive needs the archive extra (delayq[archive]): {exc}"
+        ) from exc
+    archiver = Archiver(queue, args.to, table=args.table, batch=args.batch)
+    topics = [t for t in args.topics.split(",") if t] if args.topics else None
+    try:
+        while True:
+            for topic, moved in (await archiver.archive_all(topics)).items():
+                if moved:
+                    print(f"archived {moved} record(s) of {topic}", flush=True)
+            if args.every is None:
+                return 0
+            await asyncio.sleep(args.every)
+    finally:
+        await archiver.close()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``delayq`` command."""
     parser = argparse.ArgumentParser(prog="delayq", description="Delayed tasks on Redis.")
@@ -198,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker = command("worker", _worker, "run a worker", app_required=True)
     worker.add_argument("--concurrency", type=int, default=50)
     worker.add_argument("--topics", help="comma-separated subset of the registered topics")
+    worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    worker.add_argument("--metrics-addr", default="0.0.0.0", help="address of --metrics-port")
     worker.add_argument("--grace", type=float, default=10.0)
     stats = command("stats", _stats, "count tasks by topic and state", app_required=False)
     stats.add_argument("--json", action="store_true")
@@ -229,6 +275,19 @@ def build_parser() -> argparse.ArgumentParser:
         "periodic", _periodic, "list periodic topics and their next ticks", app_required=True
     )
     periodic.add_argument("--json", action="store_true")
+    history = command("history", _history, "list a topic's finished tasks", app_required=False)
+    history.add_argument("topic")
+    history.add_argument("--limit", type=int, default=100)
+    history.add_argument("--before", type=int, metavar="SEQ", help="older than this record")
+    history.add_argument("--json", action="store_true", help="one JSON object per line")
+    archive = command("archive", _archive, "move history into SQL", app_required=False)
+    archive.add_argument(
+        "--to", required=True, help="SQLAlchemy async URL, e.g. postgresql+asyncpg://"
+    )
+    archive.add_argument("--topics", help="comma-separated topics (default: all)")
+    archive.add_argument("--table", default="delayq_history")
+    archive.add_argument("--batch", type=int, default=500, help="records per transaction")
+    archive.add_argument("--every", type=float, help="keep running: archive every N seconds")
     return parser
 
 

@@ -218,7 +218,9 @@ class Consumer:
         """
         handle = LeaseHandle.parse(lease_token)
         keys = self._keys(handle.topic)
-        (acked,) = await self._scripts.ack(keys, [(handle.task_id, handle.fencing_token)])
+        cap = self._options(handle.topic).history  # recorded as ended now, start unknown
+        lease = (handle.task_id, handle.fencing_token, ",")[: 3 if cap else 2]
+        (acked,) = await self._scripts.ack(keys, [lease], history=cap)
         if not acked:
             raise _lost(handle)
 
@@ -255,6 +257,7 @@ class Consumer:
         outcome, when = await self._scripts.nack(
             keys, handle.task_id, handle.fencing_token, mode="dead" if dead else "retry",
             delay_ms=delay_ms, error=error[:MAX_ERROR_CHARS], max_attempts=options.max_attempts,
+            history=options.history,
         )  # fmt: skip
         if outcome == 0:
             raise _lost(handle)

@@ -8,7 +8,8 @@ The tree::
     │   ├── InvalidDurationError             delay, ttr, grace, `at`, a backoff figure or a durability timeout
     │   ├── InvalidScheduleError             a periodic topic's cron, interval, time zone or catch_up
     │   ├── BodyTooLargeError                encoded body over the size limit
-    │   └── BodyValidationError              body not JSON-serialisable or not valid for the topic's model
+    │   ├── BodyValidationError              body not JSON-serialisable or not valid for the topic's model
+    │   └── InvalidHeadersError              task headers that are not small str -> str maps
     ├── RedisUnavailableError (also ConnectionError)   Redis cannot be reached or is loading
     ├── RedisAuthError                       Redis refused our credentials or an ACL denied a command
     ├── RedisOutOfMemoryError                Redis is at maxmemory and refused a write
@@ -58,6 +59,11 @@ class BodyTooLargeError(InvalidInputError):
 class BodyValidationError(InvalidInputError):
     """Raised when a body is not JSON-serialisable or does not validate against the
     model of the topic's registered handler.  The message names the topic and the field."""
+
+
+class InvalidHeadersError(InvalidInputError):
+    """Raised for task headers that are not a mapping of valid names to strings without
+    control characters, or that are too many or too large (``delayq.headers``)."""
 
 
 class RedisUnavailableError(DelayqError, ConnectionError):

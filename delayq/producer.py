@@ -1,4 +1,4 @@
-"""Sending: validate and encode what a producer hands over, then run the send scripts.
+"""Sending: validate and encode what a producer hands over, then run the send scripts (and cancel).
 
 :class:`delayq.Queue` delegates ``send``, ``send_delayed``, ``send_at`` and ``send_many``
 here; the public docstrings live on the queue.
@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from delayq.codec import encode_body
 from delayq.duration import to_millis
 from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, NotDurableError
+from delayq.events import Sending, TaskEvent
+from delayq.headers import check_headers, encode_headers
 from delayq.ids import new_task_id, new_task_ids
 from delayq.redis.keys import check_task_id, topics_key
 from delayq.redis.scripts import SEND_STATUS
@@ -23,12 +25,13 @@ from delayq.task import SendResult, from_millis
 from delayq.topic import check_on_conflict, check_priority, task_overrides
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable, Mapping
 
     from pydantic import TypeAdapter
     from redis.asyncio import Redis
 
     from delayq.duration import Duration
+    from delayq.events import Hooks
     from delayq.redis.durability import DurableSender
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("delayq")
 
 MAX_BATCH_SIZE = 1000
+SENT_STATUSES = (1, 2)
+"""send.lua statuses that stored the task: created, or replaced (``on_conflict="replace"``)."""
 
 
 class Producer:
@@ -51,6 +56,7 @@ class Producer:
         max_body_bytes: the largest encoded body accepted.
         past_tolerance_ms: how far in the past an absolute time may be and still run.
         durable: waits for replicas after each send, when the queue asks for it.
+        hooks: the queue's send hooks and event listeners.
     """
 
     def __init__(
@@ -64,8 +70,10 @@ class Producer:
         max_body_bytes: int,
         past_tolerance_ms: int,
         durable: DurableSender | None,
+        hooks: Hooks,
     ) -> None:
         self._redis = redis
+        self._hooks = hooks
         self.scripts = scripts
         self._queue = queue
         self._keys = keys
@@ -86,6 +94,7 @@ class Producer:
         max_attempts: int | None,
         on_conflict: OnConflict = "keep",
         priority: int = 0,
+        headers: Mapping[str, str] | None = None,
     ) -> SendResult:
         """Send one task due ``value_ms`` from now, or at Unix ms ``value_ms`` (``absolute``)."""
         keys = self._keys(topic)
@@ -94,17 +103,31 @@ class Producer:
         replace = check_on_conflict(on_conflict)
         priority = check_priority(priority)
         data = encode_body(topic, body, self._adapter(topic), self._max_body_bytes)
-        try:
-            status, when = await self.scripts.send(
-                keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
-                ttr_ms=ttr_ms, body=data, tolerance_ms=self._past_tolerance_ms,
-                replace=replace, priority=priority, durable=self._durable,
-            )  # fmt: skip
-        except NotDurableError:
-            await self.announce_quietly(topic)  # the task is stored
-            raise
-        if status < 0:
-            raise self.too_far_past(value_ms, when)
+        given = check_headers(headers)
+        status = 0
+
+        async def store() -> None:
+            nonlocal status
+            try:
+                status, when = await self.scripts.send(
+                    keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
+                    ttr_ms=ttr_ms, body=encode_headers(check_headers(given)) + data if given else data,
+                    tolerance_ms=self._past_tolerance_ms, replace=replace, priority=priority,
+                    durable=self._durable,
+                )  # fmt: skip
+            except NotDurableError:
+                await self.announce_quietly(topic)  # the task is stored
+                raise
+            if status < 0:
+                raise self.too_far_past(value_ms, when)
+
+        if self._hooks.send_hooks:
+            given = (sending := Sending(self._queue, topic, (task_id,), given)).headers
+            await self._hooks.around_send(sending, store)
+        else:
+            await store()
+        if status in SENT_STATUSES and self._hooks.listeners:
+            self._hooks.emit(TaskEvent("sent", topic, task_id))
         await self.announce_quietly(topic)
         return SendResult(task_id, SEND_STATUS[status])
 
@@ -119,6 +142,7 @@ class Producer:
         max_attempts: int | None,
         batch_size: int,
         priority: int = 0,
+        headers: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Send many tasks to one topic, a script call per batch (see ``Queue.send_many``)."""
         keys = self._keys(topic)
@@ -145,13 +169,45 @@ class Producer:
         adapter = self._adapter(topic)
         delays_ms = [to_millis(one_delay, name="delay") for one_delay in delays]
         encoded = [encode_body(topic, body, adapter, self._max_body_bytes) for body in items]
-        fields: list[str | int | bytes] = []
-        sent_ids = []
-        for n in schedule_order(ids, delays_ms):
-            fields += (ids[n], delays_ms[n], encoded[n])
-            sent_ids.append(ids[n])
+        order = schedule_order(ids, delays_ms)
+        sent_ids = [ids[n] for n in order]
+        given = check_headers(headers)
+        stored = 0
+
+        async def store() -> None:
+            nonlocal stored
+            prefix = encode_headers(check_headers(given)) if given else b""
+            fields: list[str | int | bytes] = []
+            for n in order:
+                fields += (ids[n], delays_ms[n], prefix + encoded[n] if prefix else encoded[n])
+            stored = await self._store_batches(topic, keys, fields, sent_ids, batch_size,
+                                               attempts, ttr_ms, priority)  # fmt: skip
+
+        if self._hooks.send_hooks and ids:
+            given = (sending := Sending(self._queue, topic, sent_ids, given)).headers
+            await self._hooks.around_send(sending, store)
+        else:
+            await store()
+        if stored and self._hooks.listeners:
+            self._hooks.emit(TaskEvent("sent", topic, sent_ids[0], count=stored))
+        await self.announce_quietly(topic)
+        return ids
+
+    async def _store_batches(
+        self,
+        topic: str,
+        keys: TopicKeys,
+        fields: list[str | int | bytes],
+        sent_ids: list[str],
+        batch_size: int,
+        attempts: int,
+        ttr_ms: int,
+        priority: int,
+    ) -> int:
+        """Run send_many.lua on ``fields`` in batches; returns how many tasks it stored."""
         batches = [
-            fields[3 * start : 3 * (start + batch_size)] for start in range(0, len(ids), batch_size)
+            fields[3 * start : 3 * (start + batch_size)]
+            for start in range(0, len(sent_ids), batch_size)
         ]
         send = functools.partial(
             self.scripts.send_many, keys,
@@ -159,19 +215,25 @@ class Producer:
             priority=priority,
         )  # fmt: skip
         if self._durable is None:
-            await send_overlapped(send, batches)
-        else:
-            for number, batch in enumerate(batches):
-                try:
-                    await send(batch, durable=self._durable)
-                except NotDurableError as exc:
-                    await self.announce_quietly(topic)  # the batch is stored
-                    raise NotDurableError(
-                        exc.task_ids, confirmed=exc.confirmed, required=exc.required,
-                        timeout_ms=exc.timeout_ms, unsent=sent_ids[(number + 1) * batch_size :],
-                    ) from None  # fmt: skip
-        await self.announce_quietly(topic)
-        return ids
+            return await send_overlapped(send, batches)
+        stored = 0
+        for number, batch in enumerate(batches):
+            try:
+                stored += (await send(batch, durable=self._durable)).count(1)
+            except NotDurableError as exc:
+                await self.announce_quietly(topic)  # the batch is stored
+                raise NotDurableError(
+                    exc.task_ids, confirmed=exc.confirmed, required=exc.required,
+                    timeout_ms=exc.timeout_ms, unsent=sent_ids[(number + 1) * batch_size :],
+                ) from None  # fmt: skip
+        return stored
+
+    async def cancel(self, topic: str, task_id: str) -> bool:
+        """Run cancel.lua (see ``Queue.cancel``) and tell the listeners."""
+        cancelled = await self.scripts.cancel(self._keys(topic), task_id)
+        if cancelled and self._hooks.listeners:
+            self._hooks.emit(TaskEvent("cancelled", topic, task_id))
+        return cancelled
 
     async def announce(self, topics: Iterable[str]) -> None:
         """Record topic names in the queue's topic set, which ``stats`` reads."""
@@ -205,18 +267,20 @@ class Producer:
 async def send_overlapped(
     send: Callable[[list[str | int | bytes]], Awaitable[list[int]]],
     batches: list[list[str | int | bytes]],
-) -> None:
+) -> int:
     """Run send_many.lua on each batch, the next one sent while Redis runs the previous
     (two in flight): the client's packing and parsing of one batch hides behind Redis's
-    work on the other, instead of the two taking turns."""
+    work on the other, instead of the two taking turns.  Returns how many tasks it stored."""
     in_flight: list[asyncio.Future[list[int]]] = []
+    stored = 0
     try:
         for batch in batches:
             in_flight.append(asyncio.ensure_future(send(batch)))
             if len(in_flight) == 2:
-                await in_flight.pop(0)
+                stored += (await in_flight.pop(0)).count(1)
         while in_flight:
-            await in_flight.pop(0)
+            stored += (await in_flight.pop(0)).count(1)
+        return stored
     finally:
         for call in in_flight:  # left by a failure: its batch may or may not be stored
             call.cancel()

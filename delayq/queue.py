@@ -11,6 +11,8 @@ from delayq.consumer import Consumer
 from delayq.controls import TopicControls
 from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
+from delayq.events import Hooks
+from delayq.history import History
 from delayq.producer import Producer
 from delayq.redis.connection import open_clients
 from delayq.redis.durability import Durability, DurableSender
@@ -23,7 +25,7 @@ from delayq.task import SendResult, TaskInfo, TopicStats, from_millis, stored_ta
 from delayq.topic import Topic, TopicOptions
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
     from datetime import datetime
     from types import TracebackType
 
@@ -78,6 +80,8 @@ class Queue(HandlerRegistry, TopicControls):
         self.topics: dict[str, Topic[Any]] = {}
         self.middlewares: list[Middleware] = []
         self.lifespan_factory: Lifespan | None = None
+        self.hooks = Hooks()  # send hooks and event listeners for extensions (docs/api.md)
+        self.history = History(redis, self.keys)  # finished tasks and activity of a topic
         self._keys: dict[str, TopicKeys] = {}
         self._owns_client = False
         self._use_scripts(Scripts(redis))
@@ -87,7 +91,7 @@ class Queue(HandlerRegistry, TopicControls):
         self._producer = Producer(
             self.redis, scripts, queue=self.name, keys=self.keys, adapter=self._adapter,
             max_body_bytes=self.max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,
-            durable=self._durable,
+            durable=self._durable, hooks=self.hooks,
         )  # fmt: skip
         self.consumer = Consumer(
             self.redis, scripts, queue=self.name, keys=self.keys, options=self.topic_options
@@ -176,6 +180,7 @@ class Queue(HandlerRegistry, TopicControls):
         max_attempts: int | None = None,
         on_conflict: OnConflict = "keep",
         priority: int = 0,
+        headers: Mapping[str, str] | None = None,
     ) -> SendResult:
         """Send a task that becomes due ``delay`` after Redis receives it (Redis's clock).
 
@@ -193,6 +198,7 @@ class Queue(HandlerRegistry, TopicControls):
                 ``"replace"`` gives a delayed or ready one this body, due time and options
                 in one atomic step (debounce), but leaves a reserved (running) one alone.
             priority: among due tasks of the topic, higher runs first (default 0).
+            headers: ``str -> str`` metadata for the handler (``task.headers``): 32, 4 KiB at most.
 
         Returns:
             The task id, a ``str`` whose ``outcome`` says what happened: ``"created"``,
@@ -206,7 +212,16 @@ class Queue(HandlerRegistry, TopicControls):
         """
         value_ms = to_millis(delay, name="delay")
         return await self._producer.send(
-            topic, body, False, value_ms, task_id, ttr, max_attempts, on_conflict, priority
+            topic,
+            body,
+            False,
+            value_ms,
+            task_id,
+            ttr,
+            max_attempts,
+            on_conflict,
+            priority,
+            headers,
         )
 
     async def send_many(
@@ -220,6 +235,7 @@ class Queue(HandlerRegistry, TopicControls):
         max_attempts: int | None = None,
         batch_size: int = 500,
         priority: int = 0,
+        headers: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Send many tasks to one topic with one round trip per batch.
 
@@ -238,6 +254,7 @@ class Queue(HandlerRegistry, TopicControls):
             max_attempts: attempt limit override for every task.
             batch_size: tasks per script call (bounds how long Redis is busy with one call).
             priority: the priority of every task (see :meth:`send_delayed`).
+            headers: headers every task carries (as in :meth:`send_delayed`).
 
         Returns:
             The task ids, in the order of ``bodies``.
@@ -249,6 +266,7 @@ class Queue(HandlerRegistry, TopicControls):
         return await self._producer.send_many(
             topic, bodies, delay=delay, task_ids=task_ids, ttr=ttr,
             max_attempts=max_attempts, batch_size=batch_size, priority=priority,
+            headers=headers,
         )  # fmt: skip
 
     async def send_at(
@@ -262,6 +280,7 @@ class Queue(HandlerRegistry, TopicControls):
         max_attempts: int | None = None,
         on_conflict: OnConflict = "keep",
         priority: int = 0,
+        headers: Mapping[str, str] | None = None,
     ) -> SendResult:
         """Send a task due at the aware datetime ``at``.
 
@@ -271,7 +290,16 @@ class Queue(HandlerRegistry, TopicControls):
         """
         value_ms = to_epoch_millis(at)
         return await self._producer.send(
-            topic, body, True, value_ms, task_id, ttr, max_attempts, on_conflict, priority
+            topic,
+            body,
+            True,
+            value_ms,
+            task_id,
+            ttr,
+            max_attempts,
+            on_conflict,
+            priority,
+            headers,
         )
 
     def _adapter(self, topic: str) -> TypeAdapter[Any] | None:
@@ -288,7 +316,7 @@ class Queue(HandlerRegistry, TopicControls):
             True if it existed and was removed; False if unknown, already done, or reserved
             (running now: a running task cannot be recalled).
         """
-        return await self.scripts.cancel(self.keys(topic), check_task_id(task_id))
+        return await self._producer.cancel(topic, check_task_id(task_id))
 
     async def reschedule(
         self,

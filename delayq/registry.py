@@ -13,11 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from delayq.backoff import Backoff
-from delayq.duration import Duration, to_millis
 from delayq.errors import InvalidInputError
 from delayq.hooks import Lifespan, Middleware, check_lifespan, check_middleware
-from delayq.limits import RateLimit, check_max_running
 from delayq.redis.keys import check_topic
 from delayq.task import from_millis
 from delayq.ticks import CatchUp, PeriodicOptions, check_catch_up, schedule
@@ -25,14 +22,15 @@ from delayq.topic import (
     Sender,
     Topic,
     TopicDecorator,
-    TopicOptions,
-    check_max_attempts,
     tick_handler,
+    topic_options,
 )
 
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from delayq.backoff import Backoff
+    from delayq.duration import Duration
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
 
@@ -81,6 +79,7 @@ class HandlerRegistry:
         backoff: Backoff | None = None,
         rate_limit: str | None = None,
         max_running: int | None = None,
+        history: int = 0,
     ) -> TopicDecorator:
         """Register the decorated ``async def`` handler for topic ``name``.
 
@@ -94,18 +93,15 @@ class HandlerRegistry:
                 second, minute or hour, across every worker of the queue.
             max_running: at most this many of the topic's tasks leased at once, across
                 every worker.  Both are enforced in Redis (see docs/controls.md).
+            history: keep the last N finished tasks and an hour of activity
+                (``queue.history``; docs/observability.md); 0 keeps none.
 
         Returns:
             A decorator turning the handler into a :class:`Topic` handle.
         """
         check_topic(name)
-        options = TopicOptions(
-            ttr_ms=to_millis(ttr, name="ttr", allow_zero=False),
-            max_attempts=check_max_attempts(max_attempts),
-            backoff=backoff or Backoff(),
-            rate_limit=None if rate_limit is None else RateLimit.parse(rate_limit),
-            max_running=None if max_running is None else check_max_running(max_running),
-        )
+        options = topic_options(ttr=ttr, max_attempts=max_attempts, backoff=backoff,
+                                rate_limit=rate_limit, max_running=max_running, history=history)  # fmt: skip
 
         def register(handler: Callable[..., Awaitable[None]]) -> Topic[Any]:
             if name in self.topics:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypeVar
 
+from delayq.headers import NO_HEADERS, split_headers
+
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
 TaskState = Literal["delayed", "ready", "reserved", "dead"]
 SendOutcome = Literal["created", "kept", "replaced", "reserved"]
@@ -57,7 +59,8 @@ class Envelope:
     Redis stores the header (the six numbers) and the body apart (docs/keys.md); the
     scripts join them.  ``max_attempts`` and ``ttr_ms`` are 0 when the task follows its
     topic's defaults.  A task sent with a priority other than 0 has ``p<priority>`` between
-    the header and the body (a JSON body never starts with ``p``).
+    the header and the body (a JSON body never starts with ``p``).  ``headers`` are the
+    task's headers, stored in front of the body (:mod:`delayq.headers`) and split off here.
     """
 
     attempts: int
@@ -68,6 +71,7 @@ class Envelope:
     due_ms: int
     body: bytes
     priority: int = 0
+    headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
 
     @classmethod
     def parse(cls, raw: bytes | str) -> Envelope:
@@ -85,6 +89,9 @@ class Envelope:
         if body.startswith(b"p"):
             tag, _, body = body.partition(b",")
             priority = int(tag[1:])
+        headers = NO_HEADERS
+        if body[:1] == b"\x01":
+            headers, body = split_headers(body)
         return cls(
             attempts=int(attempts),
             token=token.decode(),
@@ -94,6 +101,7 @@ class Envelope:
             due_ms=int(due),
             body=body,
             priority=priority,
+            headers=headers,
         )
 
 
@@ -123,6 +131,8 @@ class TaskInfo(BaseModel):
     """For a dead task: when it was dead-lettered."""
     paused: bool = False
     """Whether the task's topic is paused (``Queue.pause``): a ready task then waits."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """The headers sent with the task (empty for none)."""
 
 
 class TopicStats(BaseModel):
@@ -159,6 +169,7 @@ class Task(Generic[StateT]):
         token: the lease's fencing token (ack/nack/extend carry it).
         state: what the queue's lifespan yielded in this worker (``None`` without one).
         priority: the priority it was sent with (0 by default).
+        headers: the headers sent with the task (read-only; empty for none).
     """
 
     __slots__ = (
@@ -166,6 +177,7 @@ class Task(Generic[StateT]):
         "attempt",
         "due_at",
         "enqueued_at",
+        "headers",
         "id",
         "max_attempts",
         "priority",
@@ -189,6 +201,7 @@ class Task(Generic[StateT]):
         extend: Callable[[float], Awaitable[None]],
         state: StateT = None,  # type: ignore[assignment]  # None when there is no lifespan
         priority: int = 0,
+        headers: Mapping[str, str] = NO_HEADERS,
     ) -> None:
         self.id = id
         self.topic = topic
@@ -201,6 +214,7 @@ class Task(Generic[StateT]):
         self._extend = extend
         self.state = state
         self.priority = priority
+        self.headers = headers
 
     async def extend(self, seconds: float) -> None:
         """Make the lease end ``seconds`` from now (it is never shortened), for long work.
@@ -270,4 +284,5 @@ def stored_task_info(
         enqueued_at=from_millis(envelope.enqueued_ms), attempts=envelope.attempts,
         max_attempts=envelope.max_attempts or None, body=body, last_error=error,
         lease_deadline=lease, dead_at=dead_at, paused=paused, priority=envelope.priority,
+        headers=dict(envelope.headers),
     )  # fmt: skip

@@ -22,11 +22,11 @@ from pydantic import TypeAdapter
 from delayq.backoff import Backoff
 from delayq.duration import Duration, to_millis
 from delayq.errors import InvalidInputError
+from delayq.limits import RateLimit, check_max_running
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from delayq.limits import RateLimit
     from delayq.task import SendResult, Task
     from delayq.ticks import PeriodicOptions
 
@@ -46,6 +46,38 @@ class TopicOptions:
     rate_limit: RateLimit | None = None
     max_running: int | None = None
     periodic: PeriodicOptions | None = None
+    history: int = 0
+    """How many finished tasks the topic keeps in Redis (0: none; docs/observability.md)."""
+
+
+MAX_HISTORY = 10_000_000
+
+
+def topic_options(
+    *,
+    ttr: Duration,
+    max_attempts: int,
+    backoff: Backoff | None,
+    rate_limit: str | None,
+    max_running: int | None,
+    history: int,
+) -> TopicOptions:
+    """Validate ``@queue.topic``'s options (``InvalidInputError``) into :class:`TopicOptions`."""
+    return TopicOptions(
+        ttr_ms=to_millis(ttr, name="ttr", allow_zero=False),
+        max_attempts=check_max_attempts(max_attempts),
+        backoff=backoff or Backoff(),
+        rate_limit=None if rate_limit is None else RateLimit.parse(rate_limit),
+        max_running=None if max_running is None else check_max_running(max_running),
+        history=check_history(history),
+    )
+
+
+def check_history(value: object) -> int:
+    """Return ``value`` if it is a valid history size, else raise :class:`InvalidInputError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_HISTORY:
+        raise InvalidInputError(f"history must be an int in [0, {MAX_HISTORY}], got {value!r}")
+    return value
 
 
 MAX_ATTEMPTS_LIMIT = 1_000_000

@@ -11,7 +11,7 @@ The layers, from the top (a module may import its own layer and the ones below):
     worker       delayq.worker.*
     redis        delayq.redis.*
     leaves       errors, duration, backoff, ids, codec, task, cancel, topic, limits, hooks,
-                 ticks: anyone may import these
+                 ticks, headers, events: anyone may import these
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ LEAVES = {
     "delayq.limits",
     "delayq.hooks",
     "delayq.ticks",
+    "delayq.headers",
+    "delayq.events",
 }
 # delayq.cli (and __main__, which runs it) is an extension too: `delayq web` imports
 # delayq.web when it runs (and

@@ -27,6 +27,8 @@ DEV_GROUP = "dev"
 #: never in a default run: library -> virtualenv group, like ``PEERS``.
 VARIANTS: dict[str, str] = {
     "delayq_hooks": "dev",  # a lifespan and two no-op middlewares (benchmarks/peers/delayq_hooks.py)
+    # metrics, OpenTelemetry (SDK, batch, dropped) and history (benchmarks/peers/delayq_observed.py)
+    "delayq_observed": "dev",
 }
 
 #: Everything ``--only`` may name.

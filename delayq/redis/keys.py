@@ -19,7 +19,10 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:prio       ZSET  id -> due ms: waiting tasks with a priority != 0
     delayq:{shop:order.close}:prio:ready ZSET  -priority -> due ms (13 digits) + id: lease order
     delayq:{shop:order.close}:prio:mark  STRING ms up to which prio's entries are in prio:ready
-    delayq:{shop:order.close}:meta       HASH  scheduled -> count of delayed + ready tasks
+    delayq:{shop:order.close}:meta       HASH  scheduled -> count of delayed + ready tasks;
+                                               history -> records kept, history_seq
+    delayq:{shop:order.close}:history    STREAM finished tasks, when the topic keeps history
+    delayq:{shop:order.close}:rollup     HASH  an hour of activity in 10 s windows (history)
     delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
     delayq:{shop:*}:wake                 the pattern of every topic's wake channel (long polls)
     delayq:{shop:order.close}:periodic   HASH  a periodic topic's chain: fp (its schedule's
@@ -113,6 +116,10 @@ class TopicKeys:
     """The topic's counts kept by the scripts (``_layout.lua``: ``meta_key``)."""
     periodic: str
     """A periodic topic's chain of ticks (tick.lua)."""
+    history: str
+    """Finished tasks of a topic that keeps history (``_history.lua``)."""
+    rollup: str
+    """Its activity per 10 s window for the last hour (``rollup.lua``)."""
 
     @classmethod
     def build(cls, queue: str, topic: str) -> TopicKeys:
@@ -135,6 +142,8 @@ class TopicKeys:
             prio_mark=base + "prio:mark",
             meta=base + "meta",
             periodic=base + "periodic",
+            history=base + "history",
+            rollup=base + "rollup",
         )
 
     def bucket(self, task_id: str, count: int = 0) -> str:

@@ -102,7 +102,7 @@ class Scripts:
         self._lane = lane
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters", "upcoming", "timeline",
-                 "control", "tick", "tick_state")  # fmt: skip
+                 "control", "tick", "tick_state", "rollup")  # fmt: skip
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(lua_source(name)) for name in names
         }
@@ -208,23 +208,38 @@ class Scripts:
         return [_int(status) for status in reply]
 
     async def reserve(
-        self, keys: TopicKeys, *, limit: int, reclaim: int, ttr_ms: int, max_attempts: int
+        self,
+        keys: TopicKeys,
+        *,
+        limit: int,
+        reclaim: int,
+        ttr_ms: int,
+        max_attempts: int,
+        history: int = 0,
     ) -> tuple[int, int, list[tuple[str, bytes]]]:
         """Run reserve.lua. Returns (now µs, next wake ms or -1, [(id, envelope), ...]);
         :meth:`reserve_reporting` also returns what could not be leased."""
         found = await self.reserve_reporting(
-            keys, limit=limit, reclaim=reclaim, ttr_ms=ttr_ms, max_attempts=max_attempts
-        )
+            keys, limit=limit, reclaim=reclaim, ttr_ms=ttr_ms, max_attempts=max_attempts,
+            history=history,
+        )  # fmt: skip
         return found.now_us, found.next_ms, found.items
 
     async def reserve_reporting(
-        self, keys: TopicKeys, *, limit: int, reclaim: int, ttr_ms: int, max_attempts: int
+        self,
+        keys: TopicKeys,
+        *,
+        limit: int,
+        reclaim: int,
+        ttr_ms: int,
+        max_attempts: int,
+        history: int = 0,
     ) -> Reservation:
         """Run reserve.lua. Returns the leased tasks and the entries it dropped or buried."""
         reply = await self._run(
             "reserve",
             reserve_keys(keys),
-            (limit, reclaim, ttr_ms, max_attempts),
+            (limit, reclaim, ttr_ms, max_attempts, history),
         )
         notes = reply[2]
         skipped, reclaimed = [], []
@@ -242,12 +257,15 @@ class Scripts:
             reclaimed=reclaimed,
         )
 
-    async def ack(self, keys: TopicKeys, leases: Sequence[tuple[str, str]]) -> list[bool]:
-        """Run ack.lua for (id, token) pairs. Returns, per pair, whether the ack took effect."""
+    async def ack(
+        self, keys: TopicKeys, leases: Sequence[tuple[str, ...]], *, history: int = 0
+    ) -> list[bool]:
+        """Run ack.lua for (id, token) pairs, or (id, token, "started,ended ms") triples for
+        a topic keeping ``history`` records. Returns, per lease, whether the ack took effect."""
         applied: list[bool] = []
         # Chunks, because Lua's unpack() takes at most ~8,000 values.
         for start in range(0, len(leases), MAX_UNPACK):
-            args = [keys.wake]
+            args: list[str | int | bytes] = [keys.wake, history]
             args += (part for lease in leases[start : start + MAX_UNPACK] for part in lease)
             reply = await self._run("ack", ack_keys(keys), args)
             applied += (bool(_int(flag)) for flag in reply)
@@ -263,8 +281,12 @@ class Scripts:
         delay_ms: int = 0,
         error: str = "",
         max_attempts: int,
+        history: int = 0,
+        times: str = ",",
     ) -> tuple[int, int]:
-        """Run nack.lua. Returns (0 lease lost | 1 rescheduled | 2 dead, due or now ms)."""
+        """Run nack.lua. Returns (0 lease lost | 1 rescheduled | 2 dead, due or now ms).
+        A dead-lettered task of a topic keeping ``history`` records is recorded with ``times``
+        (``"started,ended"`` ms)."""
         reply = await self._run(
             "nack",
             (
@@ -276,9 +298,13 @@ class Scripts:
                 keys.controls,
                 *prio_keys(keys),
             ),
-            (task_id, token, mode, delay_ms, error, max_attempts, keys.wake),
+            (task_id, token, mode, delay_ms, error, max_attempts, keys.wake, history, times),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
+
+    async def rollup(self, keys: TopicKeys, counts: Sequence[str | int]) -> int:
+        """Run rollup.lua: add (field, count, ...) to the topic's current window."""
+        return _int(await self._run("rollup", (keys.prefix,), counts))
 
     async def extend(self, keys: TopicKeys, task_id: str, token: str, ms: int) -> int:
         """Run extend.lua. Returns the new lease deadline in ms, or 0 when the lease was lost."""

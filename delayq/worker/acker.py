@@ -125,8 +125,12 @@ class Acker:
         """Apply a batch; returns the ``id()`` of each delivery whose ack was refused."""
 
         async def one(keys: TopicKeys, deliveries: list[Delivery]) -> list[int]:
-            leases = [(d.task_id, d.envelope.token) for d in deliveries]
-            applied = await self._scripts.ack(keys, leases)
+            cap = deliveries[0].topic.options.history  # one topic per keys
+            leases = [
+                (d.task_id, d.envelope.token, d.times()) if cap else (d.task_id, d.envelope.token)
+                for d in deliveries
+            ]
+            applied = await self._scripts.ack(keys, leases, history=cap)
             return [id(d) for d, ok in zip(deliveries, applied, strict=True) if not ok]
 
         results = await asyncio.gather(*(one(k, v) for k, v in batch.items()))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from delayq.cancel import cancelled_from_outside
@@ -34,10 +35,12 @@ from delayq.errors import (
 from delayq.task import Outcome, Task, from_millis
 from delayq.worker.acker import Acker
 from delayq.worker.lease import local_deadline
+from delayq.worker.report import nack_event, tell
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from delayq.events import Hooks
     from delayq.redis.scripts import NackMode, Scripts
     from delayq.task import OutcomeKind
     from delayq.worker.chain import Call
@@ -61,6 +64,7 @@ class Executor:
         max_body_bytes: the largest body a handler is given.
         ack_limit: acks queued or in flight before finished handlers wait.
         on_outcome: called with each delivery's :class:`Outcome`, if given.
+        hooks: the queue's event listeners (``delivered`` and each outcome, when any).
     """
 
     def __init__(
@@ -73,8 +77,11 @@ class Executor:
         max_body_bytes: int,
         ack_limit: int,
         on_outcome: Callable[[Outcome], None] | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self._scripts = scripts
+        self._hooks = hooks
+        self.now = time.monotonic  # the loop's clock: the worker sets it to loop.time
         self._chains = chains
         self._deadlines = deadlines
         self._held = held
@@ -107,7 +114,11 @@ class Executor:
             ttr=(envelope.ttr_ms or topic.options.ttr_ms) / 1000, token=envelope.token,
             extend=lambda seconds: self._extend(d, seconds), state=self.state,
             priority=envelope.priority,
+            headers=envelope.headers,
         )  # fmt: skip
+        d.started = self.now()
+        if self._hooks is not None and self._hooks.listeners:
+            tell(self._hooks, "delivered", d)
         try:
             await self._run(d, body, task, me)
         except Retry as retry:
@@ -146,6 +157,8 @@ class Executor:
             if self._deadlines.done(d):
                 raise TimeoutError from exc
             raise
+        finally:
+            d.ran = self.now() - d.started
         if self._deadlines.done(d):
             raise TimeoutError  # the chain swallowed the deadline's cancel: it did not finish
         if cancelled_from_outside():
@@ -157,6 +170,8 @@ class Executor:
             log.warning("ack of %s/%s refused: its lease was lost", d.topic.name, d.task_id)
         elif self._on_outcome is not None:
             self._report(d, "acked", None)
+        if self._hooks is not None and self._hooks.listeners:
+            tell(self._hooks, "acked" if acked else "lease_lost", d)
 
     def _report(self, d: Delivery, outcome: OutcomeKind, error: str | None) -> None:
         assert self._on_outcome is not None
@@ -193,6 +208,7 @@ class Executor:
             outcome, _ = await self._scripts.nack(
                 d.keys, d.task_id, d.envelope.token, mode=mode, delay_ms=delay_ms,
                 error=error, max_attempts=d.topic.options.max_attempts,
+                history=d.topic.options.history, times=d.times(),
             )  # fmt: skip
         except DelayqError as exc:
             # The lease stays in Redis and expires: the task is redelivered, not lost.
@@ -208,6 +224,8 @@ class Executor:
             log.warning("dead-lettered %s/%s: %s", d.topic.name, d.task_id, error)
         if self._on_outcome is not None and mode != "release" and outcome in NACK_OUTCOMES:
             self._report(d, NACK_OUTCOMES[outcome], error)
+        if self._hooks is not None and self._hooks.listeners and (outcome or mode != "release"):
+            tell(self._hooks, nack_event(mode, outcome), d, error)
 
     async def _extend(self, d: Delivery, seconds: float) -> None:
         ms = to_millis(seconds, name="seconds", allow_zero=False)

@@ -33,10 +33,23 @@ class Delivery:
     task_id: str
     envelope: Envelope
     deadline: float  # loop time at which the lease (and the handler's TTR) runs out
+    leased_ms: float = 0.0  # Redis's clock (ms) when reserve.lua leased it...
+    leased_at: float = 0.0  # ...and the loop time its reply arrived: Redis time since = delta
+    started: float = 0.0  # loop time the handler started (0: never)
+    ran: float | None = None  # the handler's run time in seconds, once it returned or raised
+
     # Kept by Deadlines:
     expired: bool = False  # the deadline passed before the delivery was done
     runner: asyncio.Task[Any] | None = field(default=None)  # the task running its handler
     cancels_before: int = 0  # runner.cancelling() when the handler started
+
+    def times(self) -> str:
+        """``"started,ended"``: the handler's run in Redis ms, for history (the lease's time
+        in Redis plus the loop's time since); ``","`` when it never started."""
+        if not self.started:
+            return ","
+        started = self.leased_ms + (self.started - self.leased_at) * 1000
+        return f"{started:.0f},{started + (self.ran or 0.0) * 1000:.0f}"
 
 
 class Deadlines:

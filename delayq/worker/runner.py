@@ -41,6 +41,8 @@ from delayq.worker.declare import declare_limits
 from delayq.worker.execution import Executor
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 from delayq.worker.periodic import Keeper
+from delayq.worker.report import tell_reclaimed
+from delayq.worker.rollup import prepare
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
@@ -119,6 +121,7 @@ class Worker:
         self._executor = Executor(
             queue.scripts, chains, self._deadlines, self._held,
             max_body_bytes=queue.max_body_bytes, ack_limit=concurrency, on_outcome=on_outcome,
+            hooks=queue.hooks,
         )  # fmt: skip
 
     def stop(self) -> None:
@@ -149,12 +152,16 @@ class Worker:
             await self._wait_for_redis()
             # Before any lease: the fleet enforces what the last worker to start declared.
             await declare_limits(self.queue, self.topics)
+            # The topics for stats, their history settings, and their activity counter.
+            rollup, flushed = await prepare(self.queue, self.topics), asyncio.Event()
+            flushing = asyncio.create_task(rollup.run(flushed)) if rollup else None
             try:
-                await self.queue.announce(t.name for t in self.topics)
-            except DelayqError as exc:
-                # The topic set only feeds stats(); consuming must not depend on it.
-                log.warning("could not record topics for stats: %s", exc)
-            await self._consume_until_stopped(handle_signals)
+                await self._consume_until_stopped(handle_signals)
+            finally:
+                if rollup and flushing:
+                    flushed.set()
+                    await flushing  # a last flush of what the worker counted
+                    self.queue.hooks.remove_listener(rollup)
 
     @contextlib.asynccontextmanager
     async def _lifespan(self) -> AsyncIterator[None]:
@@ -181,6 +188,7 @@ class Worker:
 
     async def _consume_until_stopped(self, handle_signals: bool) -> None:
         loop = asyncio.get_running_loop()
+        self._executor.now = loop.time
         signals = self._install_signals(loop) if handle_signals else []
         log.info(
             "worker started: topics=%s concurrency=%d",
@@ -266,6 +274,7 @@ class Worker:
                 found = await self.queue.scripts.reserve_reporting(
                     keys, limit=wanted, reclaim=MAX_RECLAIM,
                     ttr_ms=topic.options.ttr_ms, max_attempts=topic.options.max_attempts,
+                    history=topic.options.history,
                 )  # fmt: skip
             except DelayqError as exc:
                 self._slots.give(wanted)
@@ -277,10 +286,13 @@ class Worker:
             failures = 0
             if found.skipped:
                 log_skipped(topic.name, found.skipped)
+            if found.reclaimed and self.queue.hooks.listeners:
+                tell_reclaimed(self.queue.hooks, topic.name, found.reclaimed)
+            arrived, leased_ms = loop.time(), found.now_us / 1000
             items = found.items
             self._slots.give(wanted - len(items))
             for task_id, raw in items:
-                self._accept(topic, keys, task_id, raw, started)
+                self._accept(topic, keys, task_id, raw, started, leased_ms, arrived)
             if len(items) < wanted:
                 next_ms, now_us = found.next_ms, found.now_us
                 pause = (next_ms * 1000 - now_us) / 1e6 if next_ms >= 0 else IDLE_RECHECK
@@ -288,14 +300,24 @@ class Worker:
                     await self._sleep(wake, min(pause, IDLE_RECHECK))
 
     def _accept(
-        self, topic: Topic[Any], keys: TopicKeys, task_id: str, raw: bytes, started: float
+        self,
+        topic: Topic[Any],
+        keys: TopicKeys,
+        task_id: str,
+        raw: bytes,
+        started: float,
+        leased_ms: float = 0.0,
+        arrived: float = 0.0,
     ) -> None:
         envelope = Envelope.parse(raw)  # reserve.lua already checked the header
         ttr_ms = envelope.ttr_ms or topic.options.ttr_ms
         # End the handler a little before Redis ends the lease, so that its failure is
         # recorded (with backoff) before another worker's reserve can reclaim the task.
         deadline = local_deadline(started, ttr_ms)
-        delivery = Delivery(topic, keys, task_id, envelope, deadline=deadline)
+        delivery = Delivery(
+            topic, keys, task_id, envelope, deadline=deadline, leased_ms=leased_ms,
+            leased_at=arrived,
+        )  # fmt: skip
         self._held[(topic.name, task_id)] = delivery
         self._deadlines.add(delivery)
         self._buffer.put_nowait(delivery)

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
+    from delayq.events import Hooks
     from delayq.hooks import Lifespan, Middleware
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
@@ -38,6 +39,10 @@ class TaskSource(Protocol):
     def lifespan_factory(self) -> Lifespan | None:
         """The registered lifespan: what a worker enters before its first lease and leaves
         after its last handler."""
+
+    @property
+    def hooks(self) -> Hooks:
+        """The queue's event listeners, told what happens to each delivery."""
 
     @property
     def max_body_bytes(self) -> int:

@@ -2,37 +2,51 @@
 -- ack.lua: finish a batch of leased tasks (delete them), each only if its lease token still matches.
 -- KEYS[1] prefix of the task buckets (see _layout.lua)   KEYS[2] reserved (ZSET)
 -- KEYS[3] errors (HASH)   KEYS[4] controls (HASH, see _controls.lua)
--- ARGV[1] wake channel, then id1, token1, id2, token2, ...
+-- ARGV[1] wake channel   ARGV[2] history: records the topic keeps (0: none; see _history.lua)
+-- ARGV[3..]: id1, token1, id2, token2, ... or, when ARGV[2] > 0, id1, token1, times1, ...
+--   where times is "<handler started ms>,<handler ended ms>" on Redis's clock
 -- Returns: {r1, r2, ...} with 1 for an acked task, 0 where the lease was lost to another worker.
 -- Wakes the topic's workers when one waits for a place under max_running (_controls.lua).
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 --@include _layout
+--@include _history
 local prefix, reserved, errors, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local channel = ARGV[1]
-local bad = check_types({ [reserved] = 'zset', [errors] = 'hash' }) or load_buckets(prefix)
+local channel, cap = ARGV[1], tonumber(ARGV[2])
+local step = cap > 0 and 3 or 2
+local bad = check_types(history_kinds(prefix, cap, { [reserved] = 'zset', [errors] = 'hash' }))
+  or load_buckets(prefix)
 if bad then
   return bad
 end
 -- First, so that a controls key of the wrong type fails the call before anything changed
 -- (and in place of a TYPE check: one call a batch, on an absent key for most topics).
 local waiting = redis.call('HDEL', controls, 'full') == 1
-local ids, headers = {}, {}
-for i = 2, #ARGV, 2 do
+local ids, headers, bodies = {}, {}, {}
+for i = 3, #ARGV, step do
   ids[#ids + 1] = ARGV[i]
-  headers[#ids] = read_header(prefix, ARGV[i])
+  if cap > 0 then
+    headers[#ids], bodies[#ids] = read_task(prefix, ARGV[i])
+  else
+    headers[#ids] = read_header(prefix, ARGV[i])
+  end
 end
 -- A task whose header carries the token is acked if its lease is still in `reserved`: ZREM
 -- tests and removes it in one command.  (A ZMSCORE of the batch costs more: Redis prints
 -- each score it returns as a floating-point number.)  A repeated id is refused by its
 -- second ZREM.
-local done, out = {}, {}
+local done, out, records = {}, {}, {}
 for n, id in ipairs(ids) do
   local raw = headers[n]
-  if raw and header_token(raw) == ARGV[2 * n + 1] and redis.call('ZREM', reserved, id) == 1 then
+  local at = 3 + (n - 1) * step
+  if raw and header_token(raw) == ARGV[at + 1] and redis.call('ZREM', reserved, id) == 1 then
     done[#done + 1] = id
     out[n] = 1
+    if cap > 0 then
+      records[#records + 1] = id
+      records[#records + 1] = history_record('acked', raw, ARGV[at + 2], '', bodies[n])
+    end
   else
     out[n] = 0
   end
@@ -42,6 +56,7 @@ if #done > 0 then
     delete_task(prefix, id)
   end
   redis.call('HDEL', errors, unpack(done))
+  history_add(prefix, cap, records)
 end
 if waiting then
   redis.call('PUBLISH', channel, 0)  -- a worker waits for a place under max_running

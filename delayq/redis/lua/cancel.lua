@@ -6,9 +6,12 @@
 -- KEYS[5] prio (ZSET)   KEYS[6] prio:ready (ZSET)   KEYS[7] prio:mark (STRING), see _priority.lua
 -- ARGV[1] id
 -- Returns: 1 removed | 0 unknown or reserved
+-- A topic that keeps history (its workers record the setting in <prefix>meta) records the
+-- cancelled task (_history.lua).
 --@include _envelope
 --@include _layout
 --@include _priority
+--@include _history
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local pk = { index = KEYS[5], ready = KEYS[6], mark = KEYS[7] }
 local id = ARGV[1]
@@ -17,7 +20,12 @@ local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash', 
 if bad then
   return bad
 end
-local raw = read_header(prefix, id)
+local cap = tonumber(redis.call('HGET', meta_key(prefix), 'history')) or 0
+bad = check_types(history_kinds(prefix, cap, {}))
+if bad then
+  return bad
+end
+local raw, body = read_task(prefix, id)
 local e = raw and parse_header(raw)
 -- The header says when the task is due, and so which slot may hold it.
 if e and e.priority ~= 0 and prio().remove(pk, id, e.due, e.priority) then
@@ -29,4 +37,5 @@ elseif redis.call('ZREM', dead, id) == 0 then
 end
 delete_task(prefix, id)
 redis.call('HDEL', errors, id)
+history_add(prefix, cap, { id, history_record('cancelled', raw, ',', '', body) })
 return 1

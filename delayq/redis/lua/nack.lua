@@ -10,7 +10,8 @@
 --         attempts, e.g. a body that no longer validates) or 'release' (the attempt never ran:
 --         due now and not counted, as on a graceful shutdown)
 -- ARGV[4] retry delay ms   ARGV[5] error text ('' for none)   ARGV[6] topic default max attempts
--- ARGV[7] wake channel
+-- ARGV[7] wake channel   ARGV[8] history: records the topic keeps (0: none; _history.lua)
+-- ARGV[9] "<handler started ms>,<handler ended ms>" (',' when it did not run), for history
 -- Returns: {0} lease lost | {1, due_ms} rescheduled | {2, now_ms} dead-lettered
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
@@ -18,16 +19,18 @@
 --@include _layout
 --@include _controls
 --@include _priority
+--@include _history
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local controls = KEYS[6]
 local pk = { index = KEYS[7], ready = KEYS[8], mark = KEYS[9] }
 local id, token, mode = ARGV[1], ARGV[2], ARGV[3]
 local delay, err, default_max, channel = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local cap, times = tonumber(ARGV[8]) or 0, ARGV[9] or ','
 
-local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
-  [errors] = 'hash', [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash',
-  [controls] = 'hash', [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string' })
-  or load_buckets(prefix)
+local bad = check_types(history_kinds(prefix, cap, { [wheel] = 'zset', [reserved] = 'zset',
+  [dead] = 'zset', [errors] = 'hash', [slot_counter(prefix)] = 'string',
+  [meta_key(prefix)] = 'hash', [controls] = 'hash', [pk.index] = 'zset', [pk.ready] = 'zset',
+  [pk.mark] = 'string' })) or load_buckets(prefix)
 if bad then
   return bad
 end
@@ -44,6 +47,10 @@ if mode == 'dead' or (mode == 'retry' and e.attempts >= limit) then
     redis.call('HSET', errors, id, err)
   end
   redis.call('ZADD', dead, now, id)
+  if cap > 0 then
+    local _, body = read_task(prefix, id)
+    history_add(prefix, cap, { id, history_record('dead', raw, times, err, body) })
+  end
   place_freed(controls, channel)
   return { 2, now }
 end

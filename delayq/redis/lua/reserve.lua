@@ -9,6 +9,8 @@
 -- KEYS[9] prio (ZSET)   KEYS[10] prio:ready (ZSET)   KEYS[11] prio:mark (STRING), see _priority.lua
 -- ARGV[1] max tasks to lease   ARGV[2] max expired leases to reclaim
 -- ARGV[3] topic default ttr ms  ARGV[4] topic default max attempts
+-- ARGV[5] history: records the topic keeps (0: none; see _history.lua), for the expired
+--   leases it dead-letters
 -- Returns: {now_us, next_ms, skipped, id1, envelope1, id2, envelope2, ...}
 --   now_us: Redis time in microseconds, so the caller's sleep until next_ms is not up to
 --   1 ms too long; next_ms: earliest due time or lease deadline still pending (-1 if none);
@@ -33,6 +35,7 @@
 --@include _layout
 --@include _controls
 --@include _priority
+--@include _history
 local prefix, wheel, reserved, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local controls, starts = KEYS[7], KEYS[8]
 local pk = { index = KEYS[9], ready = KEYS[10], mark = KEYS[11] }
@@ -58,6 +61,11 @@ if redis.call('EXISTS', controls, pk.index) > 0 then
 end
 local max_tasks, max_reclaim = tonumber(ARGV[1]), tonumber(ARGV[2])
 local default_ttr, default_max = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cap = tonumber(ARGV[5]) or 0
+bad = check_types(history_kinds(prefix, cap, {}))
+if bad then
+  return bad
+end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 bad = check_slots(prefix, wheel, now, now)
@@ -120,7 +128,7 @@ end
 if #expired > 0 then
   redis.call('ZREMRANGEBYRANK', reserved, 0, #expired - 1)
 end
-local requeued = {}
+local requeued, buried = {}, {}
 for i, id in ipairs(expired) do
   local raw = headers[i]
   if raw then
@@ -133,6 +141,11 @@ for i, id in ipairs(expired) do
       if e.attempts >= limit then
         bury(id, reason)
         skip(id, 'expired-dead')
+        if cap > 0 then
+          local _, body = read_task(prefix, id)
+          buried[#buried + 1] = id
+          buried[#buried + 1] = history_record('dead', raw, ',', reason, body)
+        end
       else
         e.due = now
         redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
@@ -154,6 +167,7 @@ end
 if #requeued > 0 then
   schedule_add(prefix, wheel, requeued)
 end
+history_add(prefix, cap, buried)
 
 -- 2. Lease the due tasks, their tasks read before the first write: those of priority above
 -- 0, highest first (each priority oldest due first), then the schedule's (priority 0,

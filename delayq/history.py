@@ -1,0 +1,214 @@
+"""Reading a topic's history (its last finished tasks) and its rolling activity.
+
+``queue.history(topic)`` lists finished tasks newest first; ``queue.history.activity(topic)``
+gives the last hour of throughput and lateness in 10 s windows.  Both exist for topics
+registered with ``history=N`` (docs/observability.md); the records are written by the
+scripts that finish tasks (``_history.lua``), the windows by the workers
+(``delayq/worker/rollup.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Field
+
+from delayq.errors import InvalidInputError
+from delayq.headers import split_headers
+from delayq.redis.translate import redis_errors
+from delayq.task import from_millis
+from delayq.worker.rollup import FIELDS, LATENESS_BOUNDS_MS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from redis.asyncio import Redis
+
+    from delayq.redis.keys import TopicKeys
+
+Outcome = Literal["acked", "dead", "cancelled"]
+WINDOW_SECONDS = 10
+WINDOWS = 360
+
+
+class HistoryRecord(BaseModel):
+    """One finished task, as its topic's history keeps it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    """The record's number in its topic (increasing; unique: an archive's key)."""
+    id: str
+    topic: str
+    outcome: Outcome
+    attempts: int
+    """Deliveries it took (0 for a task cancelled before it ran)."""
+    body: Any
+    headers: dict[str, str] = Field(default_factory=dict)
+    error: str | None
+    """The error it was dead-lettered with."""
+    enqueued_at: datetime
+    due_at: datetime
+    started_at: datetime | None
+    """When its last handler started (Redis's clock; None if no handler ran)."""
+    finished_at: datetime
+    """When it was acked, dead-lettered or cancelled (for an ack: when its handler returned)."""
+    lateness: float | None
+    """Seconds from due to the last handler's start, None if no handler ran."""
+
+
+def _millis(raw: bytes) -> int | None:
+    return int(raw) if raw else None
+
+
+def parse_record(topic: str, seq: int, task_id: str, raw: bytes) -> HistoryRecord:
+    """A :class:`HistoryRecord` from one stored record (``_history.lua``)."""
+    outcome, attempts, _token, _max, _ttr, enqueued, due, rest = raw.split(b",", 7)
+    if rest[:1] == b"p":  # the header of a task with a priority other than 0 ends ",p<n>"
+        rest = rest.split(b",", 1)[1]
+    started, ended, size, rest = rest.split(b",", 3)
+    length = int(size)
+    error, field = rest[:length].decode(errors="replace"), rest[length:]
+    headers, data = split_headers(field)
+    try:
+        body = pydantic_core.from_json(data)
+    except ValueError:
+        body = data.decode(errors="replace")
+    started_ms, due_ms = _millis(started), int(due)
+    return HistoryRecord(
+        seq=seq, id=task_id, topic=topic, outcome=outcome.decode(), attempts=int(attempts),
+        body=body, headers=dict(headers), error=error or None,
+        enqueued_at=from_millis(int(enqueued)), due_at=from_millis(due_ms),
+        started_at=from_millis(started_ms) if started_ms is not None else None,
+        finished_at=from_millis(int(ended)),
+        lateness=(started_ms - due_ms) / 1000 if started_ms is not None else None,
+    )  # fmt: skip
+
+
+def parse_entry(topic: str, entry_id: bytes | str, fields: dict[Any, Any]) -> list[HistoryRecord]:
+    """The records of one stream entry (one script call's), in the order they were written."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    first = int(text.split("-")[0])
+    return [
+        parse_record(topic, first + n, k.decode() if isinstance(k, bytes) else k, v)
+        for n, (k, v) in enumerate(fields.items())
+    ]
+
+
+class ActivityWindow(BaseModel):
+    """Ten seconds of a topic's activity, counted by the workers on Redis's clock."""
+
+    model_config = ConfigDict(frozen=True)
+
+    start: datetime
+    acked: int
+    retried: int
+    dead: int
+    started: int
+    """Handlers started (the lateness figures' sample)."""
+    lateness_mean: float | None
+    lateness_p50: float | None
+    lateness_p90: float | None
+    lateness_p99: float | None
+    """Lateness percentiles in seconds: the upper bound of the bucket holding the percentile
+    (1, 2, 5, 10, 20, 50 ... ms up to 60 s; None beyond, or with no start in the window)."""
+
+
+def _percentile(buckets: list[int], q: float) -> float | None:
+    total = sum(buckets)
+    if not total:
+        return None
+    rank = math.ceil(q * total)
+    seen = 0
+    for bound, count in zip((*LATENESS_BOUNDS_MS, None), buckets, strict=True):
+        seen += count
+        if seen >= rank:
+            return bound / 1000 if bound is not None else None
+    return None  # pragma: no cover (seen reaches total)
+
+
+def window_of(slot_fields: dict[str, int], window: int) -> ActivityWindow:
+    """One :class:`ActivityWindow` from the fields of its ring slot."""
+    buckets = [slot_fields.get(f"l{b}", 0) for b in range(len(LATENESS_BOUNDS_MS) + 1)]
+    started = slot_fields.get("late_n", 0)
+    return ActivityWindow(
+        start=from_millis(window * WINDOW_SECONDS * 1000), acked=slot_fields.get("acked", 0),
+        retried=slot_fields.get("retried", 0), dead=slot_fields.get("dead", 0), started=started,
+        lateness_mean=slot_fields.get("late_ms", 0) / 1000 / started if started else None,
+        lateness_p50=_percentile(buckets, 0.5), lateness_p90=_percentile(buckets, 0.9),
+        lateness_p99=_percentile(buckets, 0.99),
+    )  # fmt: skip
+
+
+class History:
+    """``queue.history``: call it for a topic's last finished tasks; ``activity`` for its
+    rolling throughput and lateness.
+
+    Args:
+        redis: the client that reads.
+        keys: the key names of a topic (validates the topic).
+    """
+
+    def __init__(self, redis: Redis, keys: Callable[[str], TopicKeys]) -> None:
+        self._redis = redis
+        self._keys = keys
+
+    async def __call__(
+        self, topic: str, limit: int = 100, before: int | None = None
+    ) -> list[HistoryRecord]:
+        """A topic's finished tasks (acked, dead-lettered, cancelled), newest first.
+
+        Args:
+            topic: a topic registered somewhere with ``history=N``.
+            limit: most records returned (1-10,000).
+            before: only records numbered below this ``seq`` (the next page: the last
+                record's ``seq``).
+
+        Returns:
+            Up to ``limit`` records; empty for a topic that keeps no history.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise InvalidInputError(f"limit must be an int in [1, 10000], got {limit!r}")
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+            raise InvalidInputError(f"before must be a record's seq (int), got {before!r}")
+        key = self._keys(topic).history
+        top = "+" if before is None else f"({before}-0"
+        found: list[HistoryRecord] = []
+        async with redis_errors():
+            while len(found) < limit:
+                page: list[Any] = (
+                    await self._redis.xrevrange(key, top, "-", count=min(limit, 1000)) or []
+                )
+                for entry_id, fields in page:
+                    records = parse_entry(topic, entry_id, fields)
+                    found += [r for r in reversed(records) if before is None or r.seq < before]
+                if len(page) < min(limit, 1000):
+                    break
+                last = page[-1][0]
+                top = f"({last.decode() if isinstance(last, bytes) else last}"
+        return found[:limit]
+
+    async def activity(self, topic: str) -> list[ActivityWindow]:
+        """The last hour of a topic's activity in 10 s windows, oldest first (windows in
+        which nothing happened are left out).  Counted by workers of a topic with history,
+        added to Redis every 2 s (``delayq/worker/rollup.py``)."""
+        key = self._keys(topic).rollup
+        async with redis_errors():
+            stored: dict[Any, Any] = await self._redis.hgetall(key)
+            now_s, _ = await self._redis.time()
+        now = int(now_s) // WINDOW_SECONDS
+        slots: dict[str, dict[str, int]] = {}
+        for name, value in stored.items():
+            text = name.decode() if isinstance(name, bytes) else name
+            slot, _, field = text.partition(":")
+            if field == "w" or field in FIELDS:
+                slots.setdefault(slot, {})[field] = int(value)
+        windows = [
+            window_of(fields, fields["w"])
+            for fields in slots.values()
+            if "w" in fields and now - WINDOWS < fields["w"] <= now
+        ]
+        return sorted(windows, key=lambda w: w.start)

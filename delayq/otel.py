@@ -1,0 +1,133 @@
+"""OpenTelemetry tracing for a queue (``pip install delayq[otel]``; configure an SDK).
+
+    from delayq.otel import instrument
+    instrument(queue)              # the global tracer provider, or tracer_provider=...
+
+A **producer span** ``send <topic>`` (kind PRODUCER) wraps each send call and injects its
+W3C trace context (``traceparent``, ``tracestate``) into the task's headers through the
+queue's send hook.  A **consumer span** ``process <topic>`` (kind CONSUMER) covers each
+attempt of a handler, from its start to its outcome, as a child of the sender's context
+(one trace per task: the send, then each attempt) and linked to it.  Attributes follow
+OpenTelemetry's messaging semantic conventions: ``messaging.system`` (``delayq``),
+``messaging.destination.name`` (the topic), ``messaging.operation.type`` (``send`` /
+``process``), ``messaging.message.id``, plus ``delayq.task.attempt`` and
+``messaging.batch.message_count`` for ``send_many``.  A failed attempt ends with status
+ERROR and ``error.type``.
+
+The consumer span is current while the handler runs, so spans the handler opens are its
+children.  It is started from the worker's ``delivered`` event (in the task that runs the
+handler) and ended at the attempt's outcome; see docs/observability.md.  Nothing of this
+runs, and nothing is imported, unless ``instrument`` is called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context, propagate, trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from delayq.events import Sending, TaskEvent
+    from delayq.queue import Queue
+
+SYSTEM = "delayq"
+ENDED_BY = {"acked", "retried", "dead", "lease_lost", "released"}
+FAILED = {"retried", "dead", "lease_lost"}
+
+
+class Instrumentation:
+    """The hooks :func:`instrument` registers on one queue; :meth:`uninstrument` removes them."""
+
+    def __init__(self, queue: Queue, tracer: trace.Tracer) -> None:
+        self.queue = queue
+        self.tracer = tracer
+        # Open consumer spans by (topic, id), and the context token attached in the task
+        # that runs each one's handler (detached when that task starts the next).
+        self._spans: dict[tuple[str, str], trace.Span] = {}
+        self._attached: dict[asyncio.Task[Any], object] = {}
+        queue.hooks.on_send(self.around_send)
+        queue.hooks.add_listener(self.on_event)
+
+    def uninstrument(self) -> None:
+        """Stop tracing this queue's sends and attempts."""
+        if self.around_send in self.queue.hooks.send_hooks:
+            self.queue.hooks.send_hooks.remove(self.around_send)
+        self.queue.hooks.remove_listener(self.on_event)
+
+    async def around_send(self, sending: Sending, call_next: Callable[[], Awaitable[None]]) -> None:
+        """The send hook: a PRODUCER span around the send; its context goes in the headers."""
+        attributes: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.destination.name": sending.topic,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+        }
+        if len(sending.task_ids) == 1:
+            attributes["messaging.message.id"] = sending.task_ids[0]
+        else:
+            attributes["messaging.batch.message_count"] = len(sending.task_ids)
+        with self.tracer.start_as_current_span(
+            f"send {sending.topic}", kind=SpanKind.PRODUCER, attributes=attributes
+        ):
+            propagate.inject(sending.headers)
+            await call_next()
+
+    def on_event(self, event: TaskEvent) -> None:
+        """The event listener: start a CONSUMER span at ``delivered``, end it at the outcome."""
+        if event.kind == "delivered":
+            self._start(event)
+        elif event.kind in ENDED_BY:
+            span = self._spans.pop((event.topic, event.task_id), None)
+            if span is not None:
+                if event.kind in FAILED:
+                    span.set_status(Status(StatusCode.ERROR, event.error or event.kind))
+                    span.set_attribute("error.type", (event.error or event.kind).split(":")[0])
+                span.set_attribute("delayq.outcome", event.kind)
+                span.end()
+
+    def _start(self, event: TaskEvent) -> None:
+        task = asyncio.current_task()
+        parent = propagate.extract(event.headers) if event.headers else None
+        sender = trace.get_current_span(parent).get_span_context() if parent else None
+        span = self.tracer.start_span(
+            f"process {event.topic}", context=parent, kind=SpanKind.CONSUMER,
+            links=[Link(sender)] if sender and sender.is_valid else None,
+            attributes={
+                "messaging.system": SYSTEM, "messaging.destination.name": event.topic,
+                "messaging.operation.type": "process", "messaging.operation.name": "process",
+                "messaging.message.id": event.task_id, "delayq.task.attempt": event.attempt,
+                "delayq.lateness_seconds": event.lateness or 0.0,
+            },
+        )  # fmt: skip
+        previous = self._spans.pop((event.topic, event.task_id), None)
+        if previous is not None:
+            previous.end()  # an attempt whose outcome never came (its ack failed for good)
+        self._spans[(event.topic, event.task_id)] = span
+        if task is not None:
+            # The handler runs next in this very task: make the span current there.
+            token = self._attached.pop(task, None)
+            if token is not None:
+                context.detach(token)  # type: ignore[arg-type]
+            self._attached[task] = context.attach(trace.set_span_in_context(span))
+
+
+def instrument(
+    queue: Queue, tracer_provider: trace.TracerProvider | None = None
+) -> Instrumentation:
+    """Trace ``queue``'s sends and handler attempts with OpenTelemetry.
+
+    Args:
+        queue: the queue.
+        tracer_provider: where spans go (default: the global one, ``trace.set_tracer_provider``).
+
+    Returns:
+        The registered hooks; ``.uninstrument()`` removes them.
+    """
+    from delayq import __version__
+
+    tracer = trace.get_tracer("delayq", __version__, tracer_provider=tracer_provider)
+    return Instrumentation(queue, tracer)

@@ -1,0 +1,129 @@
+"""Rolling activity of topics that keep history: throughput and lateness per 10 s window.
+
+A worker counts what its handlers did (acked, retried, dead-lettered; each start's lateness
+in buckets) in memory, as an event listener, and adds its counts to the topic's ring of
+windows in Redis every :data:`FLUSH_EVERY` seconds (``rollup.lua``: one call per topic with
+counts, whatever the number of tasks).  Windows are Redis's 10 s (its clock picks the
+window when the counts arrive), so counts of many workers add up; an hour is kept.
+``Queue.history.activity`` reads them back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from delayq.cancel import raise_if_cancelling
+from delayq.errors import DelayqError
+from delayq.redis.translate import redis_errors
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from redis.asyncio import Redis
+
+    from delayq.events import TaskEvent
+    from delayq.redis.keys import TopicKeys
+    from delayq.redis.scripts import Scripts
+    from delayq.topic import Topic
+    from delayq.worker.source import TaskSource
+
+log = logging.getLogger("delayq.worker")
+
+FLUSH_EVERY = 2.0
+"""Seconds between a worker's additions to the rolling windows (at most this late)."""
+LATENESS_BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
+"""Upper bounds of the lateness buckets ``l0``..``l14``; ``l15`` is everything later."""
+FIELDS = ("acked", "retried", "dead", "late_n", "late_ms",
+          *(f"l{b}" for b in range(len(LATENESS_BOUNDS_MS) + 1)))  # fmt: skip
+"""Every field of a window (``rollup.lua`` clears a window by these names)."""
+COUNTED = {"acked": "acked", "retried": "retried", "dead": "dead"}
+
+
+async def prepare(queue: TaskSource, topics: Sequence[Topic[Any]]) -> Rollup | None:
+    """At a worker's start: record its topics (for stats) and their history settings (for
+    cancels from any process); with history, return the activity counter, registered as
+    an event listener on the queue."""
+    try:
+        await queue.announce(t.name for t in topics)
+        caps = {queue.keys(t.name): t.options.history for t in topics}
+        await record_history_settings(queue.redis, caps)
+    except DelayqError as exc:
+        # Both feed reads and cancels elsewhere; consuming must not depend on them.
+        log.warning("could not record topics and their settings: %s", exc)
+    kept = {t.name: queue.keys(t.name) for t in topics if t.options.history}
+    if not kept:
+        return None
+    rollup = Rollup(queue.scripts, kept)
+    queue.hooks.add_listener(rollup)
+    return rollup
+
+
+async def record_history_settings(redis: Redis, caps: Mapping[TopicKeys, int]) -> None:
+    """Store each topic's history setting where scripts run by any process (a cancel from
+    the CLI) find it: ``<prefix>meta`` field ``history`` (absent: none)."""
+    async with redis_errors(), redis.pipeline(transaction=False) as pipe:
+        for keys, cap in caps.items():
+            if cap:
+                pipe.hset(keys.meta, "history", cap)
+            else:
+                pipe.hdel(keys.meta, "history")
+        await pipe.execute()
+
+
+class Rollup:
+    """Counts the events of the topics that keep history; :meth:`run` adds them to Redis.
+
+    Args:
+        scripts: runs rollup.lua.
+        topics: the keys of the topics to count, by name.
+    """
+
+    def __init__(self, scripts: Scripts, topics: Mapping[str, TopicKeys]) -> None:
+        self._scripts = scripts
+        self._topics = dict(topics)
+        self._counts: dict[str, Counter[str]] = {}
+
+    def __call__(self, event: TaskEvent) -> None:
+        """The event listener: count ``event`` if its topic keeps history."""
+        if event.topic not in self._topics:
+            return
+        counts = self._counts.get(event.topic)
+        if counts is None:
+            counts = self._counts[event.topic] = Counter()
+        if event.kind == "delivered" and event.lateness is not None:
+            late_ms = max(event.lateness * 1000, 0.0)
+            counts[f"l{bisect.bisect_left(LATENESS_BOUNDS_MS, late_ms)}"] += 1
+            counts["late_n"] += 1
+            counts["late_ms"] += round(late_ms)
+        elif event.kind in COUNTED:
+            counts[COUNTED[event.kind]] += 1
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Flush every :data:`FLUSH_EVERY` seconds until ``stopping`` is set, then once more."""
+        while not stopping.is_set():
+            raise_if_cancelling()
+            try:
+                async with asyncio.timeout(FLUSH_EVERY):
+                    await stopping.wait()
+            except TimeoutError:
+                pass
+            await self.flush()
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Add the counts so far to the topics' windows (lost, with a warning, if Redis
+        refuses: they are statistics, not tasks)."""
+        counts, self._counts = self._counts, {}
+        for topic, counted in counts.items():
+            args = [part for field, n in counted.items() if n for part in (field, n)]
+            if not args:
+                continue
+            try:
+                await self._scripts.rollup(self._topics[topic], args)
+            except DelayqError as exc:
+                log.warning("could not add the activity of topic %r: %s", topic, exc)

@@ -1,0 +1,102 @@
+"""OpenTelemetry: a producer span per send, a consumer span per attempt in the sender's
+trace, W3C context carried in the task's headers; checked with the SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from delayq import Backoff, Queue, Task
+from delayq.otel import instrument
+from tests.fixtures_delayq import StartWorker
+from tests.test_events import Events
+
+
+def tracing() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+async def test_a_task_is_one_trace_from_send_to_each_attempt(
+    queue: Queue, start_worker: StartWorker
+) -> None:
+    provider, exporter = tracing()
+    tracer = provider.get_tracer("app")
+    instrumentation = instrument(queue, tracer_provider=provider)
+    events = Events()
+    queue.hooks.add_listener(events)
+    seen_headers: list[dict[str, str]] = []
+
+    @queue.topic("order.close", backoff=Backoff(initial=0.01, jitter=0))
+    async def close(body: dict[str, int], task: Task) -> None:
+        seen_headers.append(dict(task.headers))
+        with tracer.start_as_current_span("inside the handler"):
+            if task.attempt == 1:
+                raise ValueError("not yet")
+
+    with tracer.start_as_current_span("checkout") as checkout:
+        task_id = await queue.send("order.close", {"order_id": 7})
+    await start_worker(queue)
+    await events.wait_for("acked")
+    instrumentation.uninstrument()
+
+    spans = {
+        (s.name, s.attributes.get("delayq.task.attempt")): s for s in exporter.get_finished_spans()
+    }
+    send = spans[("send order.close", None)]
+    first, second = spans[("process order.close", 1)], spans[("process order.close", 2)]
+    inner = [s for s in exporter.get_finished_spans() if s.name == "inside the handler"]
+    trace_id = checkout.get_span_context().trace_id
+    assert {s.context.trace_id for s in (send, first, second, *inner)} == {trace_id}
+    assert (
+        send.kind == SpanKind.PRODUCER
+        and send.parent.span_id == checkout.get_span_context().span_id
+    )
+    for attempt in (first, second):
+        assert attempt.kind == SpanKind.CONSUMER
+        assert attempt.parent.span_id == send.context.span_id
+        assert [link.context.span_id for link in attempt.links] == [send.context.span_id]
+        assert attempt.attributes["messaging.system"] == "delayq"
+        assert attempt.attributes["messaging.destination.name"] == "order.close"
+        assert attempt.attributes["messaging.operation.type"] == "process"
+        assert attempt.attributes["messaging.message.id"] == task_id
+    assert send.attributes["messaging.message.id"] == task_id
+    assert (
+        first.status.status_code == StatusCode.ERROR
+        and first.attributes["error.type"] == "ValueError"
+    )
+    assert second.status.status_code != StatusCode.ERROR
+    assert second.attributes["delayq.outcome"] == "acked"
+    # The handler's own spans are children of its attempt's span.
+    assert sorted(s.parent.span_id for s in inner) == sorted(
+        [first.context.span_id, second.context.span_id]
+    )
+    traceparent = seen_headers[0]["traceparent"]
+    assert traceparent.split("-")[1] == f"{trace_id:032x}"
+    assert traceparent.split("-")[2] == f"{send.context.span_id:016x}"
+
+
+async def test_a_batch_send_is_one_span_and_every_task_carries_its_context(queue: Queue) -> None:
+    provider, exporter = tracing()
+    instrument(queue, tracer_provider=provider)
+    ids = await queue.send_many("t", [{}, {}, {}], delay=60)
+    [span] = exporter.get_finished_spans()
+    assert span.attributes["messaging.batch.message_count"] == 3
+    for task_id in ids:
+        info = await queue.get("t", task_id)
+        assert info is not None
+        assert info.headers["traceparent"].split("-")[2] == f"{span.context.span_id:016x}"
+
+
+async def test_without_instrument_nothing_is_traced_or_added(queue: Queue) -> None:
+    provider, exporter = tracing()
+    instrumentation = instrument(queue, tracer_provider=provider)
+    instrumentation.uninstrument()
+    task_id = await queue.send("t", {})
+    assert exporter.get_finished_spans() == ()
+    assert (await queue.get("t", task_id)).headers == {}  # type: ignore[union-attr]
+    assert queue.hooks.send_hooks == [] and queue.hooks.listeners == []
