@@ -18,7 +18,9 @@ same split of cores); the amounts here were set on 2026-11-25 ~15:55 UTC so that
 drain scenario one process of each spends about the same CPU per task (3 rounds: delayq
 22-26 µs in its process and 13-14 µs in Redis, this consumer 19-23 and 13).  The drain
 scenario reports the CPU per task of both in every run, so a drift of delayq's shape away
-from this one shows.  Only the drain scenario runs it.
+from this one shows.  Only the drain scenario runs it.  A process stops at the first batch
+boundary after the target, so its completions beyond the target (``drain_extra_runs``) are
+not re-runs.
 """
 
 from __future__ import annotations
