@@ -9,6 +9,7 @@ it prices the observability features: the issue's target is a drain at >= 0.85x 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,15 +36,22 @@ class DropSpans(SpanExporter):
         return None
 
 
+PARTS = frozenset(os.environ.get("DELAYQ_OBSERVED_PARTS", "metrics,otel,history").split(","))
+"""Which features to switch on (all by default): to price each alone, e.g.
+``DELAYQ_OBSERVED_PARTS=otel scripts/bench --only delayq,delayq_observed ...``."""
+
+
 def build(redis_url: str) -> tuple[Queue, TracerProvider]:
     """The benchmark queue with history on its topics, metrics and tracing."""
     queue = Queue.from_url(redis_url, name=QUEUE_NAME)
     for name in TASK_NAMES:
-        queue.topic(name, history=HISTORY)(noop)
+        queue.topic(name, history=HISTORY if "history" in PARTS else 0)(noop)
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(DropSpans()))
-    instrument(queue, tracer_provider=provider)
-    DelayqMetrics(queue, CollectorRegistry())
+    if "otel" in PARTS:
+        instrument(queue, tracer_provider=provider)
+    if "metrics" in PARTS:
+        DelayqMetrics(queue, CollectorRegistry())
     return queue, provider
 
 
