@@ -67,7 +67,7 @@ from benchmarks.common import PAYLOAD, cpu_seconds, emit, rate, stopwatch
 from delayq import Queue
 from delayq.redis.connection import open_clients
 from delayq.redis.keys import TopicKeys
-from delayq.redis.scripts import lua_source, send_keys
+from delayq.redis.scripts import lua_source, waiting_keys
 
 if TYPE_CHECKING:
     from delayq.redis.lane import ScriptLane
@@ -157,8 +157,8 @@ async def evalsha_pipelined(client: aioredis.Redis, sha: str, n: int) -> None:
 def send_lua_arguments(task_id: str) -> tuple[Any, ...]:
     """numkeys, KEYS and ARGV of a ``send.lua`` call that stores ``task_id`` (1 h delay)."""
     topic = TopicKeys.build("ceiling", "t")
-    keys = send_keys(topic)
-    return (len(keys), *keys, task_id, "d", 3_600_000, 0, 0, TASK_BODY, 5000, topic.wake, "keep")
+    keys = waiting_keys(topic)
+    return (len(keys), *keys, task_id, "d", 3_600_000, 0, 0, TASK_BODY, 5000, topic.wake)
 
 
 async def evalsha_send_arguments(client: aioredis.Redis, sha: str, n: int) -> None:

@@ -34,11 +34,12 @@ class SendResult(str):
       not touched.
     """
 
-    outcome: SendOutcome
+    outcome: SendOutcome = "created"
 
     def __new__(cls, task_id: str, outcome: SendOutcome = "created") -> SendResult:
         result = super().__new__(cls, task_id)
-        result.outcome = outcome
+        if outcome != "created":  # the common case sets nothing: no instance dict is made
+            result.outcome = outcome
         return result
 
 

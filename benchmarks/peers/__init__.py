@@ -29,6 +29,8 @@ VARIANTS: dict[str, str] = {
     "delayq_hooks": "dev",  # a lifespan and two no-op middlewares (benchmarks/peers/delayq_hooks.py)
     # metrics, OpenTelemetry (SDK, batch, dropped) and history (benchmarks/peers/delayq_observed.py)
     "delayq_observed": "dev",
+    "delayq_limited": "dev",  # a rate limit far above the drain rate (peers/delayq_limited.py)
+    "delayq_base": "dev",  # delayq at a git ref, before a change (peers/delayq_base.py)
 }
 
 #: Everything ``--only`` may name.

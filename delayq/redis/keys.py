@@ -107,7 +107,9 @@ class TopicKeys:
     starts: str
     """The rate limit's count of recent leases (``_controls.lua``)."""
     prio: str
-    """Every waiting task with a priority other than 0, by due time (``_priority.lua``)."""
+    """Every waiting task with a priority other than 0, by due time (``_priority.lua``).
+    The scripts build this name and the next two from :attr:`prefix` (``prio_keys`` in
+    ``_layout.lua``), as they build bucket and slot names."""
     prio_ready: str
     """The due ones of :attr:`prio`, in lease order."""
     prio_mark: str

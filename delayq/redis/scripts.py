@@ -40,26 +40,21 @@ def lua_source(name: str) -> str:
     return _INCLUDE.sub(lambda m: lua_source(m.group(1)), text)
 
 
-def prio_keys(keys: TopicKeys) -> tuple[str, str, str]:
-    """Where tasks with a priority wait (``_priority.lua``), at the end of a script's KEYS."""
-    return (keys.prio, keys.prio_ready, keys.prio_mark)
-
-
-def waiting_keys(keys: TopicKeys) -> tuple[str, ...]:
-    """The KEYS of the scripts that store or remove a waiting task (send_many, cancel,
+def waiting_keys(keys: TopicKeys) -> tuple[str, str, str, str]:
+    """The KEYS of the scripts that store or remove a waiting task (send, send_many, cancel,
     replay), also for anything that runs them bare (the benchmark's ceiling)."""
-    return (keys.prefix, keys.wheel, keys.dead, keys.errors, *prio_keys(keys))
+    return (keys.prefix, keys.wheel, keys.dead, keys.errors)
 
 
 def send_keys(keys: TopicKeys) -> tuple[str, ...]:
-    """The KEYS of send.lua (also for anything that runs it bare)."""
-    return (keys.prefix, keys.wheel, keys.dead, keys.errors, keys.reserved, *prio_keys(keys))
+    """The KEYS of send.lua replacing a task (``on_conflict="replace"``)."""
+    return (*waiting_keys(keys), keys.reserved)
 
 
 def reserve_keys(keys: TopicKeys) -> tuple[str, ...]:
     """The KEYS of reserve.lua (also for anything that runs it bare)."""
     return (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.seq,
-            keys.controls, keys.starts, *prio_keys(keys))  # fmt: skip
+            keys.controls, keys.starts)  # fmt: skip
 
 
 def ack_keys(keys: TopicKeys) -> tuple[str, ...]:
@@ -162,21 +157,16 @@ class Scripts:
     ) -> tuple[int, int]:
         """Run send.lua. Returns (status, due or now ms): 1 stored, 0 id already live (kept),
         2 replaced (``replace``), 3 not replaced: reserved, -1 too far past."""
+        args: tuple[str | int | bytes, ...] = (
+            task_id, "a" if absolute else "d", value_ms, max_attempts, ttr_ms, body,
+            tolerance_ms, keys.wake,
+        )  # fmt: skip
+        if replace or priority:  # a plain send carries neither (see send.lua)
+            args += ("replace" if replace else "keep", priority)
         reply = await self._write(
             "send",
-            send_keys(keys),
-            (
-                task_id,
-                "a" if absolute else "d",
-                value_ms,
-                max_attempts,
-                ttr_ms,
-                body,
-                tolerance_ms,
-                keys.wake,
-                "replace" if replace else "keep",
-                priority,
-            ),
+            send_keys(keys) if replace else waiting_keys(keys),
+            args,
             durable,
             ids=(task_id,),
             touch_key=keys.seq,
@@ -289,15 +279,7 @@ class Scripts:
         (``"started,ended"`` ms)."""
         reply = await self._run(
             "nack",
-            (
-                keys.prefix,
-                keys.wheel,
-                keys.reserved,
-                keys.dead,
-                keys.errors,
-                keys.controls,
-                *prio_keys(keys),
-            ),
+            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.controls),
             (task_id, token, mode, delay_ms, error, max_attempts, keys.wake, history, times),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
@@ -321,7 +303,7 @@ class Scripts:
         """Run reschedule.lua. Returns (1 moved | 0 not waiting | -1 too far past, due or now ms)."""
         reply = await self._run(
             "reschedule",
-            (keys.prefix, keys.wheel, *prio_keys(keys)),
+            (keys.prefix, keys.wheel),
             (task_id, "a" if absolute else "d", value_ms, tolerance_ms, keys.wake),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
@@ -335,15 +317,7 @@ class Scripts:
         """Run get.lua. Returns what it found, or None for an unknown id."""
         reply = await self._run(
             "get",
-            (
-                keys.prefix,
-                keys.wheel,
-                keys.reserved,
-                keys.dead,
-                keys.errors,
-                keys.controls,
-                keys.prio,
-            ),
+            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.controls),
             (task_id,),
         )
         if reply is None:
@@ -358,7 +332,7 @@ class Scripts:
         """Run stats.lua. Returns the topic's counts by state and its controls."""
         reply = await self._run(
             "stats",
-            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.controls, keys.prio),
+            (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.controls),
             (),
         )
         delayed, ready, reserved, dead = (_int(v) for v in reply[:4])
@@ -399,9 +373,7 @@ class Scripts:
         """Run upcoming.lua. Returns (now ms, whether more follow, [(id, due ms, header or
         None), ...]) for up to ``limit`` tasks after the cursor ``after`` (due ms, id)."""
         due, task_id = after if after is not None else ("", "")
-        reply = await self._run(
-            "upcoming", (keys.prefix, keys.wheel, keys.prio), (limit, due, task_id)
-        )
+        reply = await self._run("upcoming", (keys.prefix, keys.wheel), (limit, due, task_id))
         rows = [
             (
                 _text(reply[i]),
@@ -418,7 +390,7 @@ class Scripts:
         """Run timeline.lua. Returns (now ms, (due now, estimated), [(count, estimated) per
         window of ``width_ms`` from now])."""
         reply = await self._run(
-            "timeline", (keys.prefix, keys.wheel, keys.prio), (width_ms, windows, exact_slots)
+            "timeline", (keys.prefix, keys.wheel), (width_ms, windows, exact_slots)
         )
         counts = [(_int(reply[i]), bool(_int(reply[i + 1]))) for i in range(1, len(reply), 2)]
         return _int(reply[0]), counts[0], counts[1:]

@@ -21,7 +21,7 @@ import pytest
 
 from delayq import Queue
 from delayq.redis.keys import BODY_FIELD_SUFFIX
-from delayq.redis.scripts import lua_source, send_keys
+from delayq.redis.scripts import lua_source, waiting_keys
 from tests.faults.apps.plan import OTHER_TOPIC, TYPED_TOPIC, WORK_TOPIC, install
 from tests.faults.checker import assert_no_loss, check, read_log
 from tests.faults.harness import Producer, consistency_problems, wait_until
@@ -40,8 +40,8 @@ def _plant(admin, queue: Queue, topic: str, task_id: str, stored: bytes | None) 
     keys = queue.keys(topic)
     bucket = keys.bucket(task_id)
     with admin.pipeline(transaction=True) as pipe:
-        pipe.eval(lua_source("send"), len(send_keys(keys)), *send_keys(keys),
-                  task_id, "d", 0, 0, 0, b"{}", 0, keys.wake, "keep")  # fmt: skip
+        pipe.eval(lua_source("send"), 4, *waiting_keys(keys),
+                  task_id, "d", 0, 0, 0, b"{}", 0, keys.wake)  # fmt: skip
         pipe.hdel(bucket, task_id, task_id + BODY_FIELD_SUFFIX)
         if stored is not None:
             parts = stored.split(b",", 6)

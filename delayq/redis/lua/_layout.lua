@@ -8,6 +8,8 @@
 --   <prefix>slot:<n>    ZSET id -> due ms, at most SLOT_MAX entries (the schedule, cut in slots)
 --   <prefix>wheel       ZSET n -> the slot's lower bound ms (every entry of the slot is >= it)
 --   <prefix>slots       STRING counter that numbers new slots
+--   <prefix>prio, <prefix>prio:ready, <prefix>prio:mark: where tasks with a priority wait
+--                       (see _priority.lua; prio_keys below)
 -- These names are built here from the prefix passed in KEYS (it carries the topic's hash tag),
 -- so a script touches one Cluster slot although not every key it touches is in KEYS.
 -- Slots stay in due order: walking the wheel from the front visits every entry in due order.
@@ -555,4 +557,11 @@ local function schedule_emptied(prefix)
   if redis.call('HGET', meta, 'scheduled') ~= '0' then
     redis.call('HSET', meta, 'scheduled', 0)
   end
+end
+
+-- Where the tasks with a priority wait (_priority.lua): built from the prefix like the
+-- buckets and slots, so that no script pays for them in KEYS (a send of priority 0, the
+-- hottest call, carries no more arguments than before priorities existed).
+local function prio_keys(prefix)
+  return { index = prefix .. 'prio', ready = prefix .. 'prio:ready', mark = prefix .. 'prio:mark' }
 end

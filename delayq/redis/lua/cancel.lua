@@ -3,7 +3,6 @@
 -- somewhere and cannot be recalled, so it is left alone.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)   KEYS[3] dead (ZSET)   KEYS[4] errors (HASH)
--- KEYS[5] prio (ZSET)   KEYS[6] prio:ready (ZSET)   KEYS[7] prio:mark (STRING), see _priority.lua
 -- ARGV[1] id
 -- Returns: 1 removed | 0 unknown or reserved
 -- A topic that keeps history (its workers record the setting in <prefix>meta) records the
@@ -13,7 +12,7 @@
 --@include _priority
 --@include _history
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local pk = { index = KEYS[5], ready = KEYS[6], mark = KEYS[7] }
+local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local id = ARGV[1]
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash', [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string',
   [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)

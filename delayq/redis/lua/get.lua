@@ -2,7 +2,7 @@
 -- get.lua: look a task up by id.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)  KEYS[3] reserved (ZSET)  KEYS[4] dead (ZSET)  KEYS[5] errors (HASH)
--- KEYS[6] controls (HASH)   KEYS[7] prio (ZSET, see _priority.lua)
+-- KEYS[6] controls (HASH)
 -- ARGV[1] id
 -- Returns: nil when unknown | {state, envelope, last_error or false, now_ms, score, paused}
 --   state is 'delayed', 'ready', 'reserved' or 'dead'; score is the due time, lease deadline
@@ -10,7 +10,7 @@
 --@include _envelope
 --@include _layout
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local controls, prio = KEYS[6], KEYS[7]
+local controls, prio = KEYS[6], prio_keys(KEYS[1]).index
 local id = ARGV[1]
 local bad = load_buckets(prefix)
 if bad then

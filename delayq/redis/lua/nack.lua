@@ -3,8 +3,6 @@
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)  KEYS[3] reserved (ZSET)  KEYS[4] dead (ZSET)  KEYS[5] errors (HASH)
 -- KEYS[6] controls (HASH, see _controls.lua: a worker waiting under max_running is woken)
--- KEYS[7] prio (ZSET)   KEYS[8] prio:ready (ZSET)   KEYS[9] prio:mark (STRING): where a task
--- with a priority waits again (see _priority.lua)
 -- ARGV[1] id   ARGV[2] lease token
 -- ARGV[3] mode: 'retry' (failed attempt; dead once attempts reach the limit), 'dead' (no more
 --         attempts, e.g. a body that no longer validates) or 'release' (the attempt never ran:
@@ -22,7 +20,7 @@
 --@include _history
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local controls = KEYS[6]
-local pk = { index = KEYS[7], ready = KEYS[8], mark = KEYS[9] }
+local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local id, token, mode = ARGV[1], ARGV[2], ARGV[3]
 local delay, err, default_max, channel = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local cap, times = tonumber(ARGV[8]) or 0, ARGV[9] or ','

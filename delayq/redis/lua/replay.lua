@@ -2,14 +2,13 @@
 -- replay.lua: move a dead-lettered task back to the schedule, due now, attempts reset.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)  KEYS[3] dead (ZSET)  KEYS[4] errors (HASH)
--- KEYS[5] prio (ZSET)   KEYS[6] prio:ready (ZSET)   KEYS[7] prio:mark (STRING), see _priority.lua
 -- ARGV[1] id   ARGV[2] wake channel
 -- Returns: 1 replayed | 0 not dead
 --@include _envelope
 --@include _layout
 --@include _priority
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local pk = { index = KEYS[5], ready = KEYS[6], mark = KEYS[7] }
+local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local id, channel = ARGV[1], ARGV[2]
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
   [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash', [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string' })

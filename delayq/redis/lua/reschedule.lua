@@ -2,7 +2,6 @@
 -- reschedule.lua: move a delayed or ready task to a new due time.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)
--- KEYS[3] prio (ZSET)   KEYS[4] prio:ready (ZSET)   KEYS[5] prio:mark (STRING), see _priority.lua
 -- ARGV[1] id   ARGV[2] 'd' delay ms | 'a' absolute Unix ms   ARGV[3] value
 -- ARGV[4] tolerance ms for an absolute time in the past   ARGV[5] wake channel
 -- Returns: {1, due_ms} moved | {0} not delayed/ready | {-1, now_ms} time too far in the past
@@ -10,7 +9,7 @@
 --@include _layout
 --@include _priority
 local prefix, wheel = KEYS[1], KEYS[2]
-local pk = { index = KEYS[3], ready = KEYS[4], mark = KEYS[5] }
+local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local tolerance, channel = tonumber(ARGV[4]), ARGV[5]
 local bad = check_types({ [wheel] = 'zset', [slot_counter(prefix)] = 'string', [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string' })

@@ -6,7 +6,6 @@
 -- KEYS[4] dead (ZSET id -> died ms)      KEYS[5] errors (HASH id -> last error)
 -- KEYS[6] seq (STRING, fencing-token counter)   KEYS[7] controls (HASH, see _controls.lua)
 -- KEYS[8] starts (HASH, the rate limit's recent leases, see _controls.lua)
--- KEYS[9] prio (ZSET)   KEYS[10] prio:ready (ZSET)   KEYS[11] prio:mark (STRING), see _priority.lua
 -- ARGV[1] max tasks to lease   ARGV[2] max expired leases to reclaim
 -- ARGV[3] topic default ttr ms  ARGV[4] topic default max attempts
 -- ARGV[5] history: records the topic keeps (0: none; see _history.lua), for the expired
@@ -38,7 +37,7 @@
 --@include _history
 local prefix, wheel, reserved, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local controls, starts = KEYS[7], KEYS[8]
-local pk = { index = KEYS[9], ready = KEYS[10], mark = KEYS[11] }
+local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset',
   [errors] = 'hash', [seq] = 'string', [slot_counter(prefix)] = 'string',
   [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)
@@ -91,8 +90,8 @@ end
 
 -- Move the priority tasks that came due into the lease order (_priority.lua): one whose
 -- task is missing is dropped, one whose header is unreadable buried.  Returns whether all
--- did (they may be leased, `quota` > 0, only then).
-local function promote(quota)
+-- did: only then may anything be leased.
+local function promote()
   local function priority_of(id)
     local raw = read_header(prefix, id)
     local e = raw and parse_header(raw)
@@ -178,7 +177,7 @@ local out = { tonumber(clock[1]) * 1000000 + tonumber(clock[2]), -1, skipped }
 local quota = ctl and control_quota(ctl, reserved, starts, now, max_tasks) or max_tasks
 local promoted, above, below = true, {}, {}
 if has_prio then
-  promoted = promote(quota)
+  promoted = promote()
   if not promoted then
     quota = 0  -- a priority task not yet in the lease order might outrank what is
   end

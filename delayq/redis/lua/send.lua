@@ -4,15 +4,17 @@
 -- due time (debounce).
 -- KEYS[1] prefix "delayq:{q:t}:" of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET slot -> bound ms)   KEYS[3] dead (ZSET id -> dead-lettered at ms)
--- KEYS[4] errors (HASH id -> last error)   KEYS[5] reserved (ZSET id -> lease deadline ms)
--- KEYS[6] prio (ZSET)   KEYS[7] prio:ready (ZSET)   KEYS[8] prio:mark (STRING), see _priority.lua
+-- KEYS[4] errors (HASH id -> last error)
+-- KEYS[5] reserved (ZSET id -> lease deadline ms), with on_conflict 'replace' only
 -- ARGV[1] task id
 -- ARGV[2] 'd' when ARGV[3] is a delay in ms, 'a' when it is an absolute Unix time in ms
 -- ARGV[3] delay or time (ms)
 -- ARGV[4] max attempts (0 = topic default)   ARGV[5] ttr ms (0 = topic default)
 -- ARGV[6] body JSON   ARGV[7] tolerance ms for an absolute time in the past   ARGV[8] wake channel
--- ARGV[9] on_conflict: 'keep' (an id already live is left as it is) or 'replace'
--- ARGV[10] priority (an integer; 0, the default, waits in the schedule, others in <prio>)
+-- ARGV[9] on_conflict: 'keep' (an id already live is left as it is; also when absent) or
+--         'replace'
+-- ARGV[10] priority (an integer; absent or 0: the schedule, else <prio>, see _priority.lua)
+-- (The last two and KEYS[5] are left out of a plain send: every argument costs Redis a string.)
 -- Returns: {1, due_ms} stored | {0, due_ms or 0 when reserved} id already delayed/ready/reserved,
 --   kept | {2, due_ms} replaced: the delayed or ready task now has the new body, due time and
 --   options, as if newly sent (attempts 0, last error cleared) | {3, 0} not replaced: reserved
@@ -22,12 +24,14 @@
 --@include _layout
 --@include _priority
 local prefix, wheel, dead, errors, reserved = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local pk = { index = KEYS[6], ready = KEYS[7], mark = KEYS[8] }
 local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local max_attempts, ttr, body = ARGV[4], ARGV[5], ARGV[6]
 local tolerance, channel, replace = tonumber(ARGV[7]), ARGV[8], ARGV[9] == 'replace'
 local priority = tonumber(ARGV[10]) or 0
-local suffix = priority ~= 0 and prio().suffix(priority) or ''  -- the header's, for a priority
+local suffix, pk = '', nil  -- the header's suffix and keys, for a task with a priority only
+if priority ~= 0 then
+  suffix, pk = prio().suffix(priority), prio_keys(prefix)
+end
 
 local bad = load_buckets(prefix)
 if bad then
@@ -66,8 +70,9 @@ end
 -- the call before anything changed.  `dead` and `errors` are only touched for a known id.
 local header = read_header(prefix, id)
 if header then
-  bad = check_types({ [dead] = 'zset', [errors] = 'hash', [reserved] = 'zset',
-    [meta_key(prefix)] = 'hash', [pk.index] = 'zset', [pk.ready] = 'zset' })
+  pk = pk or prio_keys(prefix)
+  bad = check_types({ [dead] = 'zset', [errors] = 'hash', [meta_key(prefix)] = 'hash',
+    [pk.index] = 'zset', [pk.ready] = 'zset', [reserved or dead] = 'zset' })
   if bad then
     return bad
   end

@@ -2,7 +2,6 @@
 -- send_many.lua: send.lua for a batch of tasks in one call (one round trip, one atomic step).
 -- KEYS[1] prefix of the task buckets and schedule slots   KEYS[2] wheel (ZSET)
 -- KEYS[3] dead (ZSET)   KEYS[4] errors (HASH)
--- KEYS[5] prio (ZSET)   KEYS[6] prio:ready (ZSET)   KEYS[7] prio:mark (STRING), see _priority.lua
 -- ARGV[1] tolerance ms for absolute times in the past   ARGV[2] wake channel
 -- ARGV[3] 'd' when the times below are delays in ms, 'a' when absolute Unix times in ms
 -- ARGV[4] max attempts (0 = topic default)   ARGV[5] ttr ms (0 = topic default)
@@ -15,7 +14,7 @@
 --@include _layout
 --@include _priority
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local pk = { index = KEYS[5], ready = KEYS[6], mark = KEYS[7] }
+local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local tolerance, channel, mode = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local max_attempts, ttr, priority = ARGV[4], ARGV[5], tonumber(ARGV[6]) or 0
 local suffix = priority ~= 0 and prio().suffix(priority) or ''

@@ -2,7 +2,7 @@
 -- stats.lua: count a topic's tasks by state.
 -- KEYS[1] prefix of the schedule slots and the meta hash (see _layout.lua)
 -- KEYS[2] wheel (ZSET)   KEYS[3] reserved (ZSET)   KEYS[4] dead (ZSET)
--- KEYS[5] controls (HASH, see _controls.lua)   KEYS[6] prio (ZSET, see _priority.lua)
+-- KEYS[5] controls (HASH, see _controls.lua)
 -- Returns: {delayed, ready, reserved, dead, {paused, rate_limit, max_running}}, the controls
 --   as stored (false where not set)
 -- The scheduled total (delayed + ready) is the count the scripts keep in <prefix>meta;
@@ -17,7 +17,7 @@
 --@include _envelope
 --@include _layout
 local prefix, wheel, reserved, dead, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local prio = KEYS[6]
+local prio = prio_keys(prefix).index
 local now = now_ms()
 local scheduled = tonumber(redis.call('HGET', meta_key(prefix), 'scheduled'))
     or count_schedule(prefix, wheel)

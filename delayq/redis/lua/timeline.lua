@@ -1,7 +1,6 @@
 #!lua flags=no-writes
 -- timeline.lua: how many tasks fall due in each of ARGV[2] windows of ARGV[1] ms from now.
 -- KEYS[1] prefix of the schedule slots (see _layout.lua)   KEYS[2] wheel (ZSET slot -> bound ms)
--- KEYS[3] prio (ZSET id -> due ms: the tasks with a priority, see _priority.lua)
 -- ARGV[1] window length ms   ARGV[2] number of windows
 -- ARGV[3] most whole slots counted one by one in a window (beyond, their sizes are sampled)
 -- Returns: {now_ms, due, due_estimated, count1, estimated1, count2, estimated2, ...}
@@ -14,7 +13,8 @@
 -- ZCOUNT per range.
 --@include _envelope
 --@include _layout
-local prefix, wheel, prio = KEYS[1], KEYS[2], KEYS[3]
+local prefix, wheel = KEYS[1], KEYS[2]
+local prio = prio_keys(prefix).index  -- id -> due ms: the tasks with a priority
 local width, windows, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local function slot_at_rank(rank)

@@ -2,7 +2,6 @@
 -- upcoming.lua: a page of the schedule (delayed and ready tasks) in the order they fall due.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET slot -> bound ms)
--- KEYS[3] prio (ZSET id -> due ms: the waiting tasks with a priority, see _priority.lua)
 -- ARGV[1] most tasks to return
 -- ARGV[2] cursor: due ms of the last task of the previous page ('' for the first page)
 -- ARGV[3] cursor: id of that task
@@ -20,7 +19,8 @@
 -- from each, and one header per task returned; never a walk of the whole schedule.
 --@include _envelope
 --@include _layout
-local prefix, wheel, prio = KEYS[1], KEYS[2], KEYS[3]
+local prefix, wheel = KEYS[1], KEYS[2]
+local prio = prio_keys(prefix).index  -- id -> due ms: the waiting tasks with a priority
 local limit = tonumber(ARGV[1])
 local after_due, after_id = tonumber(ARGV[2]), ARGV[3]
 local bad = load_buckets(prefix)
