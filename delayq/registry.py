@@ -125,6 +125,8 @@ class HandlerRegistry:
         ttr: Duration = 30.0,
         max_attempts: int = 5,
         backoff: Backoff | None = None,
+        rate_limit: str | None = None,
+        max_running: int | None = None,
     ) -> Callable[[PeriodicHandler], Topic[None]]:
         """Register the decorated ``async def handler(task)`` to run on a schedule.
 
@@ -143,7 +145,8 @@ class HandlerRegistry:
             catch_up: ticks missed while no worker could schedule them: ``"latest"`` runs
                 the most recent one, ``"all"`` runs them all, oldest first (at most
                 :data:`~delayq.ticks.MAX_CATCH_UP`), ``"none"`` skips them.
-            ttr, max_attempts, backoff: as for :meth:`topic`.
+            ttr, max_attempts, backoff, rate_limit, max_running: as for :meth:`topic`
+                (``max_running=1``: a run never overlaps the previous one, on any worker).
 
         Raises:
             InvalidScheduleError: a bad ``cron``, ``every``, ``tz`` or ``catch_up``, at
@@ -151,8 +154,9 @@ class HandlerRegistry:
         """
         options = PeriodicOptions(schedule(cron=cron, every=every, tz=tz), check_catch_up(catch_up))
         register = HandlerRegistry.topic(
-            self, name, ttr=ttr, max_attempts=max_attempts, backoff=backoff
-        )
+            self, name, ttr=ttr, max_attempts=max_attempts, backoff=backoff,
+            rate_limit=rate_limit, max_running=max_running,
+        )  # fmt: skip
 
         def decorate(handler: PeriodicHandler) -> Topic[None]:
             handle: Topic[None] = register(tick_handler(handler))

@@ -4,6 +4,7 @@ reserve.lua on Redis's clock (the multi-process figures are in tests/faults/test
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -263,3 +264,42 @@ async def test_a_rate_limited_worker_sleeps_until_the_window_reopens(
     for first in started:
         assert sum(first <= t < first + 1_000 for t in started) <= 6
     assert started[-1] - started[0] >= 1_900  # 12 starts at 5/s span two reopenings
+
+
+@pytest.fixture
+async def queues(redis_url: str, queue_name: str) -> AsyncIterator[Callable[[], Queue]]:
+    """``make()`` -> another Queue on the test's queue name, closed after the workers."""
+    made: list[Queue] = []
+
+    def make() -> Queue:
+        made.append(Queue.from_url(redis_url, name=queue_name))
+        return made[-1]
+
+    yield make
+    for queue in made:
+        await queue.close()
+
+
+async def test_a_periodic_topic_with_max_running_1_never_overlaps(
+    queues: Callable[[], Queue], start_worker: StartWorker
+) -> None:
+    """Ticks every 100 ms, each run 150 ms, two workers: runs queue up, one at a time."""
+    running, most, runs = 0, 0, 0
+    for _ in range(2):
+        queue = queues()
+
+        @queue.periodic("sweep", every=0.1, catch_up="all", max_running=1)
+        async def sweep(task: Any) -> None:
+            nonlocal running, most, runs
+            running += 1
+            most = max(most, running)
+            await asyncio.sleep(0.15)
+            running -= 1
+            runs += 1
+
+        await start_worker(queue, concurrency=5)
+    async with asyncio.timeout(15):
+        while runs < 6:
+            await asyncio.sleep(0.05)
+    assert most == 1
+    assert (await queue.stats())["sweep"].max_running == 1
