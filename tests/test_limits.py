@@ -1,5 +1,5 @@
 """rate_limit and max_running: declared on the topic, stored by the worker, enforced by
-reserve.lua on Redis's clock (the multi-process figures are in tests/faults/test_13_limits.py)."""
+reserve.lua on Redis's clock (the multi-process figures are in tests/faults/test_13_controls.py)."""
 
 from __future__ import annotations
 
