@@ -4,6 +4,7 @@ first; never before its due time; priority 0 (the default) costs nothing."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -184,3 +185,20 @@ async def test_the_handler_sees_its_priority(queue: Queue, start_worker: StartWo
     async with asyncio.timeout(10):
         await done.wait()
     assert seen == [-7]
+
+
+async def test_upcoming_pages_through_ties_between_priority_and_plain_tasks(queue: Queue) -> None:
+    """Tasks of both kinds due in the same millisecond: paging one at a time lists each
+    once, in (due time, id) order, whichever kind the cursor's task is."""
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    for task_id, priority in [("a", 0), ("b", 4), ("c", 0), ("d", -1), ("e", 0), ("f", 4)]:
+        await queue.send_at("t", {}, at, task_id=task_id, priority=priority)
+    await queue.send_at("t", {}, at + timedelta(seconds=1), task_id="later", priority=2)
+    seen, cursor = [], None
+    while True:
+        page = await queue.upcoming("t", limit=1, cursor=cursor)
+        seen += [task.id for task in page.tasks]
+        if page.cursor is None:
+            break
+        cursor = page.cursor
+    assert seen == ["a", "b", "c", "d", "e", "f", "later"]
