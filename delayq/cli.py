@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -300,6 +301,8 @@ async def _run(args: argparse.Namespace) -> int:
         await queue.close()
 
 
+ANYIO_THREAD = "AnyIO worker thread"
+"""The name of the threads ``anyio.to_thread.run_sync`` runs plain ``def`` handlers in."""
 LEFTOVER_TIMEOUT = 1.0
 """How long tasks still running after the command are given to unwind before exit."""
 
@@ -356,9 +359,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return run_and_abandon(_run(args), _loop_factory(args.command))
+        code = run_and_abandon(_run(args), _loop_factory(args.command))
     except KeyboardInterrupt:
-        return 130
+        code = 130
     except DelayqError as exc:
         print(f"delayq: {exc}", file=sys.stderr)
-        return 2
+        code = 2
+    _exit_past_handler_threads(code)
+    return code
+
+
+def _exit_past_handler_threads(code: int) -> None:
+    """Exit now if a plain ``def`` handler's thread still runs (abandoned at its TTR or at
+    the stop; its task was failed or handed back): Python would otherwise wait for it at
+    exit, and a thread cannot be killed."""
+    left = [t for t in threading.enumerate() if t.name == ANYIO_THREAD and t.is_alive()]
+    if left:
+        logging.getLogger("delayq").error(
+            "exiting with %d handler thread(s) still running (abandoned)", len(left)
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

@@ -23,6 +23,7 @@ from delayq.registry import HandlerRegistry
 from delayq.schedule import Timeline, UpcomingPage, timeline, upcoming
 from delayq.task import SendResult, TaskInfo, TopicStats, from_millis, stored_task_info
 from delayq.topic import Topic, TopicOptions
+from delayq.worker import Worker
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -430,7 +431,5 @@ class Queue(HandlerRegistry, TopicControls):
                 and their tasks released for immediate redelivery.
             handle_signals: install SIGINT/SIGTERM handlers that stop the worker gracefully.
         """
-        from delayq.worker import Worker
-
         worker = Worker(self, concurrency=concurrency, topics=topics, grace=grace)
         await worker.run(handle_signals=handle_signals)

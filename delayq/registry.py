@@ -19,25 +19,29 @@ from delayq.redis.keys import check_topic
 from delayq.task import from_millis
 from delayq.ticks import CatchUp, PeriodicOptions, check_catch_up, schedule
 from delayq.topic import (
+    Handler,
     Sender,
     Topic,
     TopicDecorator,
     tick_handler,
     topic_options,
 )
+from delayq.worker import Worker
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from datetime import datetime
 
     from delayq.backoff import Backoff
     from delayq.duration import Duration
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
+    from delayq.worker.source import TaskSource
 
 LifespanT = TypeVar("LifespanT", bound=Lifespan)
 MiddlewareT = TypeVar("MiddlewareT", bound=Middleware)
-PeriodicHandler = Callable[..., Awaitable[None]]
-"""``async def handler(task) -> None`` (or one taking nothing)."""
+PeriodicHandler = Callable[..., Awaitable[None]] | Callable[..., None]
+"""``async def handler(task) -> None`` (or one taking nothing; or a plain ``def``)."""
 
 
 class RegisteringQueue(Sender, Protocol):
@@ -58,7 +62,7 @@ class RegisteringQueue(Sender, Protocol):
 
 class HandlerRegistry:
     """``Queue.topic``, ``Queue.periodic`` (and ``next_tick``), ``Queue.lifespan`` and
-    ``Queue.middleware``.
+    ``Queue.middleware``; and ``Queue.worker``, which runs what is registered.
 
     Attributes:
         topics: the registered topics, by name.
@@ -103,7 +107,7 @@ class HandlerRegistry:
         options = topic_options(ttr=ttr, max_attempts=max_attempts, backoff=backoff,
                                 rate_limit=rate_limit, max_running=max_running, history=history)  # fmt: skip
 
-        def register(handler: Callable[..., Awaitable[None]]) -> Topic[Any]:
+        def register(handler: Handler) -> Topic[Any]:
             if name in self.topics:
                 raise InvalidInputError(
                     f"topic {name!r} already has a handler in queue {self.name!r}"
@@ -222,3 +226,20 @@ class HandlerRegistry:
         """
         self.middlewares.append(check_middleware(middleware))
         return middleware
+
+    def worker(
+        self: TaskSource,
+        concurrency: int = 50,
+        topics: Iterable[str] | None = None,
+        grace: Duration = 10.0,
+        **options: Any,
+    ) -> Worker:
+        """A worker to run on this event loop: ``async with queue.worker(concurrency=20):``.
+
+        Entering starts it in the background (lifespan, Redis check, leases) and returns
+        once it consumes; leaving the block stops it gracefully, with the same two-stage
+        stop as :meth:`run_worker` (``grace``, then cancel and hand back).  For a worker
+        inside a web app's lifespan (FastAPI's, say); it installs no signal handlers.
+        ``options`` go to :class:`~delayq.Worker` (``on_outcome``, ``threads``).
+        """
+        return Worker(self, concurrency=concurrency, topics=topics, grace=grace, **options)

@@ -17,6 +17,7 @@ from typing import (
     overload,
 )
 
+import anyio.to_thread
 from pydantic import TypeAdapter
 
 from delayq.backoff import Backoff
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
     from delayq.ticks import PeriodicOptions
 
 BodyT = TypeVar("BodyT")
-Handler = Callable[..., Awaitable[None]]
+Handler = Callable[..., Awaitable[None]] | Callable[..., None]
+"""An ``async def`` handler, or a plain ``def`` one (run in a worker thread)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,26 @@ def task_overrides(ttr: Duration | None, max_attempts: int | None) -> tuple[int,
     return ttr_ms, attempts
 
 
+def check_handler(handler: object) -> bool:
+    """Whether ``handler`` is an ``async def`` (True) or a plain function (False).
+
+    Raises:
+        InvalidInputError: neither, or a generator function (its body would never run).
+    """
+    if inspect.iscoroutinefunction(handler):
+        return True
+    if (
+        not callable(handler)
+        or inspect.isasyncgenfunction(handler)
+        or inspect.isgeneratorfunction(handler)
+        or inspect.isclass(handler)
+    ):
+        raise InvalidInputError(
+            f"handler {handler!r} must be an `async def` function or a plain `def` function"
+        )
+    return False
+
+
 def body_adapter(handler: Handler) -> tuple[TypeAdapter[Any], bool]:
     """Return the validator for the handler's body parameter and whether it takes a Task.
 
@@ -138,10 +160,9 @@ def body_adapter(handler: Handler) -> tuple[TypeAdapter[Any], bool]:
     model, ``dict``, a dataclass, ``list[int]``...; no annotation means plain decoded JSON.
 
     Raises:
-        InvalidInputError: the handler is not ``async def`` or takes neither 1 nor 2 arguments.
+        InvalidInputError: the handler is not a function or takes neither 1 nor 2 arguments.
     """
-    if not inspect.iscoroutinefunction(handler):
-        raise InvalidInputError(f"handler {handler!r} must be an `async def` function")
+    check_handler(handler)
     params = _required_params(handler)
     if len(params) not in (1, 2):
         raise InvalidInputError(
@@ -152,34 +173,38 @@ def body_adapter(handler: Handler) -> tuple[TypeAdapter[Any], bool]:
     return TypeAdapter(annotation), len(params) == 2
 
 
-def tick_handler(handler: Callable[..., Awaitable[None]]) -> Handler:
+def tick_handler(handler: Handler) -> Handler:
     """Adapt a periodic handler, ``(task)`` or ``()``, to the ``(body, task)`` a topic runs
-    (a tick's body is ``null``).
+    (a tick's body is ``null``); a plain ``def`` stays one (it runs in a worker thread).
 
     Raises:
-        InvalidInputError: the handler is not ``async def`` or takes more than one argument.
+        InvalidInputError: the handler is not a function or takes more than one argument.
     """
-    if not inspect.iscoroutinefunction(handler):
-        raise InvalidInputError(f"handler {handler!r} must be an `async def` function")
+    is_async = check_handler(handler)
     params = _required_params(handler)
     if len(params) > 1:
         raise InvalidInputError(
             f"periodic handler {handler.__name__} must take (task) or nothing, "
             f"got {len(params)} arguments"
         )
-    if params:
+    takes_task = bool(params)
+    run: Handler
+    if is_async:
 
-        async def run(body: None, task: Any) -> None:
-            await handler(task)
+        async def run_async(body: None, task: Any) -> None:
+            await (handler(task) if takes_task else handler())  # type: ignore[misc]
 
+        run = run_async
     else:
 
-        async def run(body: None, task: Any) -> None:
-            await handler()
+        def run_sync(body: None, task: Any) -> None:
+            handler(task) if takes_task else handler()
+
+        run = run_sync
 
     # Named after the handler for logs and reprs; its own annotations stay (body: None).
     functools.update_wrapper(run, handler, assigned=("__name__", "__qualname__", "__doc__"))
-    del run.__wrapped__  # type: ignore[attr-defined]  # inspect must see run's own signature
+    del run.__wrapped__  # type: ignore[union-attr]  # inspect must see run's own signature
     return run
 
 
@@ -221,15 +246,18 @@ class Topic(Generic[BodyT]):
         self.handler = handler
         self.options = options
         self.adapter, self.takes_task = body_adapter(handler)
+        self.is_async = check_handler(handler)
         self.__doc__ = handler.__doc__
         self.__wrapped__ = handler
 
     async def __call__(self, body: BodyT, task: Task) -> None:
-        """Run the handler directly (as the worker does), e.g. from a test."""
-        if self.takes_task:
-            await self.handler(body, task)
+        """Run the handler directly (as the worker does, a plain ``def`` in a thread),
+        e.g. from a test."""
+        args = (body, task) if self.takes_task else (body,)
+        if self.is_async:
+            await self.handler(*args)  # type: ignore[misc]
         else:
-            await self.handler(body)
+            await anyio.to_thread.run_sync(self.handler, *args)
 
     async def send(self, body: BodyT, **options: Any) -> SendResult:
         """Send a task due now. See :meth:`delayq.Queue.send`."""
@@ -261,5 +289,9 @@ class TopicDecorator:
     def __call__(self, handler: Callable[[BodyT, Task], Awaitable[None]]) -> Topic[BodyT]: ...
     @overload
     def __call__(self, handler: Callable[[BodyT], Awaitable[None]]) -> Topic[BodyT]: ...
+    @overload
+    def __call__(self, handler: Callable[[BodyT, Task], None]) -> Topic[BodyT]: ...
+    @overload
+    def __call__(self, handler: Callable[[BodyT], None]) -> Topic[BodyT]: ...
     def __call__(self, handler: Handler) -> Topic[Any]:
         return self._register(handler)

@@ -6,7 +6,9 @@ Endpoints::
     GET    /orders/{id}         the order, and its scheduled close as delayq sees it
     DELETE /orders/{id}/close   cancel the scheduled close (say, the order was paid)
 
-The queue is opened in the app's lifespan and closed with it.  The close task's id is the
+The queue is opened in the app's lifespan and closed with it, and an embedded worker
+(``async with queue.worker()``) runs the close handler on the app's event loop for as long
+as the app runs; leaving the lifespan stops it gracefully.  The close task's id is the
 business key ``order-<id>``, so a retried request cannot schedule a second close, and the
 task can be found and cancelled without storing anything.
 
@@ -14,14 +16,16 @@ Run the API (``REDIS_URL`` defaults to ``redis://localhost:6379/0``)::
 
     REDIS_URL=redis://localhost:6379/0 uvicorn examples.fastapi_app:app
 
-Workers run the handler, usually in their own processes: give ``delayq worker`` a module
-with ``queue = open_shop(...).queue`` in it.  The orders live in a dict to keep the
-example short; with workers elsewhere they would live in your database.
+To run the handlers in worker processes instead, set ``DELAYQ_EMBEDDED_WORKER=0`` and give
+``delayq worker`` a module with ``queue = open_shop(...).queue`` in it.  The orders live
+in a dict to keep the example short; with workers elsewhere they would live in your
+database.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,9 +35,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
 from pydantic import BaseModel, Field
 
-from delayq import Queue, Task, TaskInfo, Topic
+from delayq import CallNext, Queue, Task, TaskInfo, Topic
 
 CLOSE_TOPIC = "order.close"
+log = logging.getLogger("shop")
 
 
 class OrderIn(BaseModel):
@@ -90,6 +95,12 @@ def open_shop(redis_url: str, queue_name: str) -> Shop:
     """Open the queue and register the ``order.close`` handler on it."""
     queue = Queue.from_url(redis_url, name=queue_name)
     orders: dict[int, Order] = {}
+
+    @queue.middleware
+    async def log_task(task: Task, call_next: CallNext) -> None:
+        """Around every handler: a log line per attempt."""
+        log.info("%s/%s attempt %d", task.topic, task.id, task.attempt)
+        await call_next()
 
     @queue.topic(CLOSE_TOPIC, ttr=30, max_attempts=5)
     async def close_order(body: CloseOrder, task: Task) -> None:
@@ -152,17 +163,30 @@ async def cancel_close(order_id: int, shop: ShopDep) -> Cancelled:
     return Cancelled(cancelled=True)
 
 
-def create_app(redis_url: str | None = None, queue_name: str | None = None) -> FastAPI:
-    """The app; ``REDIS_URL`` and ``DELAYQ_QUEUE`` are read at startup when not given."""
+def create_app(
+    redis_url: str | None = None,
+    queue_name: str | None = None,
+    *,
+    embedded_worker: bool | None = None,
+) -> FastAPI:
+    """The app; ``REDIS_URL``, ``DELAYQ_QUEUE`` and ``DELAYQ_EMBEDDED_WORKER`` (default 1)
+    are read at startup when not given."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = redis_url or os.environ.get("REDIS_URL", "redis://localhost:6379/0")
         name = queue_name or os.environ.get("DELAYQ_QUEUE", "shop")
+        embedded = embedded_worker
+        if embedded is None:
+            embedded = os.environ.get("DELAYQ_EMBEDDED_WORKER", "1") != "0"
         shop = open_shop(url, name)
         app.state.shop = shop
         try:
-            yield
+            if embedded:
+                async with shop.queue.worker(concurrency=20, grace=10):
+                    yield
+            else:
+                yield
         finally:
             await shop.queue.close()
 

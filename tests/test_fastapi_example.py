@@ -1,5 +1,5 @@
-"""examples/fastapi_app.py driven through its ASGI interface, lifespan included, with a
-worker running the close handler in this process."""
+"""examples/fastapi_app.py driven through its ASGI interface, lifespan included: its
+embedded worker runs the close handler on the app's event loop."""
 
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from examples.fastapi_app import Shop, create_app
-from tests.fixtures_delayq import StartWorker
+from examples.fastapi_app import create_app
 
 
 @pytest.fixture
 async def app(redis_url: str, queue_name: str) -> AsyncIterator[FastAPI]:
-    """The app with its lifespan entered.  Tests request it before ``start_worker``, so
-    the worker stops before the lifespan closes the queue."""
+    """The app with its lifespan entered: the queue open and its embedded worker running."""
     app = create_app(redis_url, queue_name)
     async with app.router.lifespan_context(app):
         yield app
@@ -39,11 +37,8 @@ async def order_view(client: httpx.AsyncClient, order_id: int) -> dict[str, Any]
 
 
 async def test_unpaid_order_is_closed_and_paid_order_is_not(
-    app: FastAPI, client: httpx.AsyncClient, start_worker: StartWorker
+    app: FastAPI, client: httpx.AsyncClient
 ) -> None:
-    shop: Shop = app.state.shop
-    await start_worker(shop.queue)
-
     created = await client.post("/orders", json={"item": "book", "pay_within": 0.2})
     assert created.status_code == 201, created.text
     unpaid = created.json()

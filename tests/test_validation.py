@@ -486,8 +486,8 @@ def test_a_topic_takes_one_handler(queue: Queue) -> None:
     assert queue.topics["t"].handler is first.handler
 
 
-def test_a_handler_must_be_async_with_one_or_two_arguments(queue: Queue) -> None:
-    def sync(body: object) -> None:
+def test_a_handler_must_be_a_function_with_one_or_two_arguments(queue: Queue) -> None:
+    def sync_three(body: object, task: object, extra: object) -> None:
         pass
 
     async def three(body: object, task: object, extra: object) -> None:
@@ -496,7 +496,10 @@ def test_a_handler_must_be_async_with_one_or_two_arguments(queue: Queue) -> None
     async def none() -> None:
         pass
 
-    for handler in (sync, three, none):
+    async def generator(body: object) -> object:  # an async generator: never "runs"
+        yield body
+
+    for handler in (sync_three, three, none, generator):
         with pytest.raises(InvalidInputError):
             queue.topic("t")(handler)  # type: ignore[arg-type]
     assert queue.topics == {}

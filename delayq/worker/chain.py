@@ -4,6 +4,12 @@ A worker builds one :data:`Call` per topic when it starts, by wrapping the handl
 in each middleware from the last registered to the first (so the first is outermost).
 Nothing is composed per task: a delivery costs one ``partial`` per middleware (its
 ``call_next``), and a topic without middleware calls its handler directly.
+
+A plain ``def`` handler runs in a worker thread (``anyio.to_thread.run_sync``) under the
+worker's own :class:`anyio.CapacityLimiter`, so the event loop never blocks.  A thread
+cannot be killed: when the TTR (or a stop) cancels the call, the thread is abandoned, the
+attempt fails (or the task is handed back) as for an ``async def`` handler, and what the
+thread returns or raises later is ignored.
 """
 
 from __future__ import annotations
@@ -12,7 +18,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import anyio.to_thread
+
 if TYPE_CHECKING:
+    from anyio import CapacityLimiter
+
     from delayq.hooks import Middleware
     from delayq.task import Task
     from delayq.topic import Topic
@@ -21,21 +31,35 @@ Call: TypeAlias = Callable[[Any, "Task[Any]"], Awaitable[None]]
 """Runs one delivery: ``await call(body, task)``."""
 
 
-def handler_call(topic: Topic[Any]) -> Call:
+def handler_call(topic: Topic[Any], limiter: CapacityLimiter) -> Call:
     """The innermost call: the handler, given the body and (if it takes one) the task."""
     handler = topic.handler
+    if not topic.is_async:
+        return _in_thread(handler, topic.takes_task, limiter)  # type: ignore[arg-type]
     if topic.takes_task:
-        return handler
+        return handler  # type: ignore[return-value]  # an async def (topic.is_async)
 
     def body_only(body: Any, task: Task[Any]) -> Awaitable[None]:
-        return handler(body)
+        return handler(body)  # type: ignore[return-value]
 
     return body_only
 
 
-def build_chain(topic: Topic[Any], middlewares: Sequence[Middleware]) -> Call:
+def _in_thread(handler: Callable[..., None], takes_task: bool, limiter: CapacityLimiter) -> Call:
+    async def call(body: Any, task: Task[Any]) -> None:
+        args = (body, task) if takes_task else (body,)
+        # abandon_on_cancel: a TTR or a stop cancels the await at once; the thread runs on
+        # and its result is dropped.
+        await anyio.to_thread.run_sync(handler, *args, limiter=limiter, abandon_on_cancel=True)
+
+    return call
+
+
+def build_chain(
+    topic: Topic[Any], middlewares: Sequence[Middleware], limiter: CapacityLimiter
+) -> Call:
     """The call a worker runs for each of ``topic``'s deliveries."""
-    call = handler_call(topic)
+    call = handler_call(topic, limiter)
     for middleware in reversed(middlewares):
         call = _wrapped(middleware, call)
     return call

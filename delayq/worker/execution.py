@@ -58,7 +58,6 @@ class Executor:
 
     Args:
         scripts: runs nack.lua and extend.lua (acks go through the :class:`Acker`).
-        chains: the call of each topic, by name (see :mod:`delayq.worker.chain`).
         deadlines: the worker's lease deadlines.
         held: the worker's deliveries by (topic, id); a recorded outcome removes one.
         max_body_bytes: the largest body a handler is given.
@@ -70,7 +69,6 @@ class Executor:
     def __init__(
         self,
         scripts: Scripts,
-        chains: Mapping[str, Call],
         deadlines: Deadlines,
         held: dict[tuple[str, str], Delivery],
         *,
@@ -82,7 +80,9 @@ class Executor:
         self._scripts = scripts
         self._hooks = hooks
         self.now = time.monotonic  # the loop's clock: the worker sets it to loop.time
-        self._chains = chains
+        self.chains: Mapping[str, Call] = {}
+        """The call of each topic, by name (see :mod:`delayq.worker.chain`), set when the
+        worker starts."""
         self._deadlines = deadlines
         self._held = held
         self._max_body_bytes = max_body_bytes
@@ -152,7 +152,7 @@ class Executor:
         """
         self._deadlines.watch(d, me)
         try:
-            await self._chains[d.topic.name](body, task)
+            await self.chains[d.topic.name](body, task)
         except BaseException as exc:
             if self._deadlines.done(d):
                 raise TimeoutError from exc

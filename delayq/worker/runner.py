@@ -21,7 +21,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
+
+import anyio
 
 from delayq.cancel import cancel_all, first_of, raise_if_cancelling
 from delayq.duration import Duration, to_seconds
@@ -36,6 +38,7 @@ from delayq.hooks import lifespan_context
 from delayq.redis.checks import check_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope
+from delayq.worker import embedded
 from delayq.worker.chain import build_chain
 from delayq.worker.declare import declare_limits
 from delayq.worker.execution import Executor
@@ -46,6 +49,7 @@ from delayq.worker.rollup import prepare
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
+    from types import TracebackType
 
     from delayq.redis.keys import TopicKeys
     from delayq.task import Outcome
@@ -83,6 +87,8 @@ class Worker:
         on_outcome: called with the :class:`~delayq.task.Outcome` of every delivery this
             worker acked, retried or dead-lettered (a hook for tests and metrics; it must
             not block, and an exception it raises is logged).
+        threads: most plain ``def`` handlers running at once, each in a worker thread
+            (default: ``concurrency``); the limiter is this worker's own.
     """
 
     def __init__(
@@ -93,6 +99,7 @@ class Worker:
         topics: Iterable[str] | None = None,
         grace: Duration = 10.0,
         on_outcome: Callable[[Outcome], None] | None = None,
+        threads: int | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidInputError(f"concurrency must be a positive int, got {concurrency!r}")
@@ -116,10 +123,12 @@ class Worker:
         self._running = 0
         self._idle = asyncio.Event()
         self._wakeup = Wakeup(queue.redis, [queue.keys(t.name).wake for t in self.topics])
-        # Each topic's chain of middleware is composed here, once, not per task.
-        chains = {t.name: build_chain(t, queue.middlewares) for t in self.topics}
+        self._embedded: asyncio.Task[None] | None = None
+        self.threads = concurrency if threads is None else threads
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise InvalidInputError(f"threads must be a positive int, got {threads!r}")
         self._executor = Executor(
-            queue.scripts, chains, self._deadlines, self._held,
+            queue.scripts, self._deadlines, self._held,
             max_body_bytes=queue.max_body_bytes, ack_limit=concurrency, on_outcome=on_outcome,
             hooks=queue.hooks,
         )  # fmt: skip
@@ -135,6 +144,29 @@ class Worker:
         self._stopping.set()
         self._slots.wake()
         self._wakeup.set_all()
+
+    @property
+    def listening(self) -> asyncio.Event:
+        """Set while the worker listens for wake-ups (it then sees a new task at once): a
+        started worker is consuming once this is set."""
+        return self._wakeup.subscribed
+
+    async def __aenter__(self) -> Self:
+        """Run the worker in the background on this event loop (``queue.worker()``);
+        returns once it consumes.  See :mod:`delayq.worker.embedded`."""
+        self._embedded = await embedded.start(self)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the worker gracefully (the two-stage stop) and wait for it."""
+        run, self._embedded = self._embedded, None
+        if run is not None:
+            await embedded.stop(self, run)
 
     @property
     def held(self) -> int:
@@ -187,6 +219,12 @@ class Worker:
             ) from exc
 
     async def _consume_until_stopped(self, handle_signals: bool) -> None:
+        # Each topic's chain of middleware is composed here, once, not per task (the thread
+        # limiter needs the running event loop).
+        limiter = anyio.CapacityLimiter(self.threads)
+        self._executor.chains = {
+            t.name: build_chain(t, self.queue.middlewares, limiter) for t in self.topics
+        }
         loop = asyncio.get_running_loop()
         self._executor.now = loop.time
         signals = self._install_signals(loop) if handle_signals else []

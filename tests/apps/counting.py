@@ -9,12 +9,14 @@ Topics:
     slow   like ``count`` but also logs ``started``/``finished`` events, to tell a finished
            handler from one cancelled by a shutdown.
     fail   always raises; dead after 2 attempts.
+    blocking  a plain ``def`` that blocks its thread for ``body.sleep`` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 from pydantic import BaseModel
 
@@ -57,3 +59,10 @@ async def fail(body: Job, task: Task) -> None:
 
 async def _event(event: str, task: Task) -> None:
     await queue.redis.rpush(events_key(queue.name), f"{event} {task.id} {task.attempt}")
+
+
+@queue.topic("blocking", ttr=3600)
+def blocking(body: Job) -> None:
+    """A plain def that blocks its thread for ``body.sleep`` seconds."""
+    print("blocking handler started", flush=True)
+    time.sleep(body.sleep)
