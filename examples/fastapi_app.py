@@ -6,7 +6,9 @@ Endpoints::
     GET    /orders/{id}         the order, and its scheduled close as delayq sees it
     DELETE /orders/{id}/close   cancel the scheduled close (say, the order was paid)
 
-The queue is opened in the app's lifespan and closed with it, and an embedded worker
+The queue's own lifespan hands the close handler the orders (``task.state``, typed by
+``Task[OrderStore]``), and a middleware logs every attempt.  The queue is opened in the
+app's lifespan and closed with it, and an embedded worker
 (``async with queue.worker()``) runs the close handler on the app's event loop for as long
 as the app runs; leaving the lifespan stops it gracefully.  The close task's id is the
 business key ``order-<id>``, so a retried request cannot schedule a second close, and the
@@ -77,6 +79,19 @@ class Cancelled(BaseModel):
 
 
 @dataclass
+class OrderStore:
+    """The orders, as the lifespan hands them to the handlers (``task.state``)."""
+
+    orders: dict[int, Order]
+
+    def close(self, order_id: int) -> None:
+        """Close a pending order (a paid or closed one stays as it is)."""
+        order = self.orders.get(order_id)
+        if order is not None and order.status == "pending":
+            self.orders[order_id] = order.model_copy(update={"status": "closed"})
+
+
+@dataclass
 class Shop:
     """What the routes need: the queue, the typed topic handle, and the orders."""
 
@@ -96,6 +111,12 @@ def open_shop(redis_url: str, queue_name: str) -> Shop:
     queue = Queue.from_url(redis_url, name=queue_name)
     orders: dict[int, Order] = {}
 
+    @queue.lifespan
+    async def store() -> AsyncIterator[OrderStore]:
+        """What handlers share, as ``task.state``: here the orders; in a real service a
+        database pool, opened once per worker and closed when it stops."""
+        yield OrderStore(orders)
+
     @queue.middleware
     async def log_task(task: Task, call_next: CallNext) -> None:
         """Around every handler: a log line per attempt."""
@@ -103,15 +124,13 @@ def open_shop(redis_url: str, queue_name: str) -> Shop:
         await call_next()
 
     @queue.topic(CLOSE_TOPIC, ttr=30, max_attempts=5)
-    async def close_order(body: CloseOrder, task: Task) -> None:
+    async def close_order(body: CloseOrder, task: Task[OrderStore]) -> None:
         """Close the order unless it was paid meanwhile.
 
         Delivery is at least once, so this must be safe to run twice: closing a closed
-        order changes nothing.
+        order changes nothing.  ``task.state`` is typed by ``Task[OrderStore]``.
         """
-        order = orders.get(body.order_id)
-        if order is not None and order.status == "pending":
-            orders[body.order_id] = order.model_copy(update={"status": "closed"})
+        task.state.close(body.order_id)
 
     return Shop(queue=queue, close_order=close_order, orders=orders)
 

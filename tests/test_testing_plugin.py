@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -254,3 +256,16 @@ def test_a_user_suite_gets_the_plugin(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user=USER_TESTS)
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
+
+
+def test_importing_the_plugin_loads_no_optional_dependency() -> None:
+    """pytest imports the plugin in every suite that has delayq installed (this one too)."""
+    from tests.test_architecture import OPTIONAL
+
+    code = (
+        "import sys, pytest, redis.asyncio, pydantic, anyio; before = set(sys.modules); "
+        "import delayq.testing.plugin; "
+        f"print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {OPTIONAL!r}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
