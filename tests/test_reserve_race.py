@@ -30,7 +30,11 @@ async def test_exactly_one_of_many_reservers_wins_each_task(
     """
     async with contextlib.AsyncExitStack() as stack:
         racers = [
-            await stack.enter_async_context(Queue.from_url(redis_url, name=queue_name))
+            # 50 pipelines of 100 scripts queue up in one Redis: on a loaded machine a
+            # reply can take longer than the 2 s a silent Redis is given by default.
+            await stack.enter_async_context(
+                Queue.from_url(redis_url, name=queue_name, socket_timeout=30)
+            )
             for _ in range(RESERVERS)
         ]
         producer = racers[0]
