@@ -20,10 +20,10 @@ from delayq.errors import InvalidInputError
 from delayq.headers import split_headers
 from delayq.redis.translate import redis_errors
 from delayq.task import from_millis
-from delayq.worker.rollup import FIELDS, LATENESS_BOUNDS_MS
+from delayq.worker.rollup import COUNTED, FIELDS, LATENESS_BOUNDS_MS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from redis.asyncio import Redis
 
@@ -212,3 +212,74 @@ class History:
             if "w" in fields and now - WINDOWS < fields["w"] <= now
         ]
         return sorted(windows, key=lambda w: w.start)
+
+    async def find(self, topic: str, task_id: str, *, within: int = 10_000) -> HistoryRecord | None:
+        """The newest record of task ``task_id`` among the topic's last ``within`` records.
+
+        Costs Redis up to ``within`` records read (pages of 500 entries, newest first,
+        stopping at the first match): the history has no index by id.  Only the matching
+        record is decoded.
+
+        Args:
+            topic: the task's topic.
+            task_id: the id to look for.
+            within: most records searched (1-100,000).
+        """
+        if isinstance(within, bool) or not isinstance(within, int) or not 1 <= within <= 100_000:
+            raise InvalidInputError(f"within must be an int in [1, 100000], got {within!r}")
+        key = self._keys(topic).history
+        wanted = task_id.encode()
+        top, seen = "+", 0
+        async with redis_errors():
+            while seen < within:
+                page: list[Any] = await self._redis.xrevrange(key, top, "-", count=500) or []
+                for entry_id, fields in page:
+                    for n, (field, raw) in enumerate(reversed(fields.items())):
+                        if seen + n < within and _as_bytes(field) == wanted:
+                            text = _as_bytes(entry_id).decode()
+                            seq = int(text.split("-")[0]) + len(fields) - 1 - n
+                            return parse_record(topic, seq, task_id, _as_bytes(raw))
+                    seen += len(fields)
+                if len(page) < 500:
+                    break
+                top = f"({_as_bytes(page[-1][0]).decode()}"
+        return None
+
+    async def throughput(self, topics: Sequence[str], seconds: int = 60) -> dict[str, float]:
+        """Attempts finished per second (acked, retried and dead-lettered) in each of
+        ``topics`` over the last ``seconds`` (10-3,600) of whole windows and the current
+        window so far, as the workers counted them (topics without history: 0).
+
+        Costs Redis O(len(topics) * seconds / 10) hash fields read, one round trip: never
+        the topics' task counts (a dashboard's overview reads it every few seconds).
+        """
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            raise InvalidInputError(f"seconds must be an int, got {seconds!r}")
+        if not WINDOW_SECONDS <= seconds <= WINDOW_SECONDS * WINDOWS:
+            raise InvalidInputError(f"seconds must be in [10, 3600], got {seconds}")
+        count = seconds // WINDOW_SECONDS
+        keys = [self._keys(topic).rollup for topic in topics]  # validates every topic first
+        async with redis_errors():
+            now_s, now_us = await self._redis.time()
+            now = int(now_s) // WINDOW_SECONDS
+            windows = range(now - count, now + 1)
+            names = [f"{w % WINDOWS}:{f}" for w in windows for f in ("w", *COUNTED)]
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hmget(key, names)
+                replies: list[list[Any]] = await pipe.execute()
+        # The current window holds what was counted in it so far (workers add every 2 s).
+        span = count * WINDOW_SECONDS + int(now_s) % WINDOW_SECONDS + int(now_us) / 1e6
+        rates: dict[str, float] = {}
+        for topic, values in zip(topics, replies, strict=True):
+            done = 0
+            for i, window in enumerate(windows):
+                held, *counts = values[i * 4 : i * 4 + 4]
+                if held is not None and int(held) == window:
+                    done += sum(int(c) for c in counts if c is not None)
+            rates[topic] = done / span
+        return rates
+
+
+def _as_bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()

@@ -161,3 +161,33 @@ async def test_a_task_with_a_priority_is_recorded(queue: Queue) -> None:
         {"k": "v"},
         1,
     )
+
+
+async def test_find_picks_a_record_out_of_a_batch_and_stops_within_its_bound(queue: Queue) -> None:
+    await queue.send_many("t", [{"n": n} for n in range(4)], task_ids=["a", "b", "c", "d"])
+    keys = queue.keys("t")
+    _, _, items = await queue.scripts.reserve(
+        keys, limit=4, reclaim=10, ttr_ms=60_000, max_attempts=3, history=10
+    )
+    leases = [(i, Envelope.parse(raw).token, "1000,2000") for i, raw in items]
+    await queue.scripts.ack(keys, leases, history=10)  # one stream entry, four records
+    by_id = {r.id: r for r in await queue.history("t")}
+    for task_id in "abcd":
+        found = await queue.history.find("t", task_id)
+        assert found == by_id[task_id]
+    newest = (await queue.history("t", limit=1))[0]
+    assert await queue.history.find("t", newest.id, within=1) == newest
+    oldest = (await queue.history("t"))[-1]
+    assert await queue.history.find("t", oldest.id, within=3) is None
+    assert await queue.history.find("t", "nope") is None
+    with pytest.raises(InvalidInputError):
+        await queue.history.find("t", "a", within=0)
+
+
+async def test_throughput_counts_the_last_minute_of_each_topic(queue: Queue) -> None:
+    await queue.scripts.rollup(queue.keys("a"), ["acked", 50, "retried", 5, "dead", 5])
+    rates = await queue.history.throughput(["a", "b"])
+    assert set(rates) == {"a", "b"} and rates["b"] == 0
+    assert 60 / 70 <= rates["a"] <= 60 / 60
+    with pytest.raises(InvalidInputError):
+        await queue.history.throughput(["a"], seconds=5)

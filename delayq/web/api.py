@@ -16,14 +16,19 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from delayq.consumer import NackResult
-from delayq.errors import InvalidInputError
+from delayq.errors import InvalidHeadersError, InvalidInputError
+from delayq.history import WINDOW_SECONDS
 from delayq.schedule import MAX_UPCOMING, MAX_WINDOWS, Timeline, UpcomingPage
-from delayq.task import TaskInfo
+from delayq.task import TaskInfo, TopicStats
 from delayq.web.errors import ERROR_RESPONSES, ApiProblem, conflict, field_of, invalid, not_found
 from delayq.web.models import (
+    ActivityPage,
+    ActivityPoint,
     DeadPage,
     ExtendRequest,
     ExtendResult,
+    FinishedTask,
+    HistoryPage,
     NackRequest,
     RescheduleRequest,
     ReserveRequest,
@@ -44,8 +49,11 @@ QUERY = {
     "dead": ("offset", "limit"),
     "upcoming": ("limit", "cursor"),
     "timeline": ("window", "windows"),
+    "history": ("limit", "before"),
 }
 """The query parameters each endpoint takes (any other is refused)."""
+HISTORY_SCAN = 10_000
+"""Most history records a task lookup searches for a finished task (newest first)."""
 NAMES_TTL = 2.0
 """Seconds the topic names are reused between ``/api/stats`` calls."""
 SLASH = "\x1f"
@@ -64,6 +72,8 @@ def naming(*fields: str) -> Iterator[None]:
     its message is about (a lease token's errors name ``token``)."""
     try:
         yield
+    except InvalidHeadersError as exc:
+        raise invalid(str(exc), "headers") from None
     except InvalidInputError as exc:
         names = {field: field for field in fields} | {"lease token": "token"}
         raise invalid(str(exc), field_of(exc, names)) from None
@@ -152,7 +162,7 @@ class Api:
             ("POST", "/topics/{topic}/tasks", "produce", self.send,
              {"status_code": 201, "response_model": SendReply}),
             ("GET", "/topics/{topic}/tasks/{task_id}", "read", self.get,
-             {"response_model": TaskInfo}),
+             {"response_model": TaskInfo | FinishedTask}),
             ("DELETE", "/topics/{topic}/tasks/{task_id}", "produce", self.cancel,
              {"status_code": 204, "response_class": Response}),
             ("POST", "/topics/{topic}/tasks/{task_id}/reschedule", "produce", self.reschedule,
@@ -164,6 +174,10 @@ class Api:
              {"response_model": UpcomingPage}),
             ("GET", "/topics/{topic}/timeline", "read", self.timeline,
              {"response_model": Timeline}),
+            ("GET", "/topics/{topic}/history", "read", self.history,
+             {"response_model": HistoryPage}),
+            ("GET", "/topics/{topic}/activity", "read", self.activity,
+             {"response_model": ActivityPage}),
             ("POST", "/topics/{topic}/reserve", "consume", self.reserve,
              {"response_model": ReserveResult}),
             ("POST", "/leases/{token}/ack", "consume", self.ack,
@@ -208,9 +222,8 @@ class Api:
         names = [n for n in await self.topic_names() if n.startswith(prefix)]
         shown = names[offset : offset + limit]
         counts = await self.queue.stats(shown)
-        rows = [
-            TopicRow(name=n, **(counts[n].model_dump() if n in counts else _zero())) for n in shown
-        ]
+        rates = await self.queue.history.throughput(shown)
+        rows = [TopicRow(name=n, throughput=rates.get(n, 0.0), **_counts(counts, n)) for n in shown]
         return StatsPage(total=len(names), offset=offset, limit=limit, topics=rows)
 
     async def topic(self, topic: str) -> TopicRow:
@@ -241,7 +254,7 @@ class Api:
             raise invalid("give delay or at, not both", "at")
         options: dict[str, Any] = {
             "task_id": request.task_id, "ttr": request.ttr, "max_attempts": request.max_attempts,
-            "on_conflict": request.on_conflict,
+            "on_conflict": request.on_conflict, "headers": request.headers,
         }  # fmt: skip
         with naming("topic", "task_id", "delay", "at", "ttr", "max_attempts", "body"):
             if request.at is not None:
@@ -251,14 +264,19 @@ class Api:
                 sent = await self.queue.send_delayed(topic, request.body, delay, **options)
         return SendReply(id=sent, topic=topic, outcome=sent.outcome)
 
-    async def get(self, topic: str, task_id: str) -> TaskInfo:
-        """A task by id: delayed, ready, reserved or dead.  404 once it finished or was
-        cancelled."""
+    async def get(self, topic: str, task_id: str) -> TaskInfo | FinishedTask:
+        """A task by id: delayed, ready, reserved or dead; once it finished (acked,
+        cancelled), its history record (`state` "finished") if its topic keeps history and
+        it is among the last 10,000 records.  Else 404."""
+        topic, task_id = name(topic), name(task_id)
         with naming("topic", "task_id"):
-            info = await self.queue.get(name(topic), name(task_id))
-        if info is None:
+            info = await self.queue.get(topic, task_id)
+            if info is not None:
+                return info
+            record = await self.queue.history.find(topic, task_id, within=HISTORY_SCAN)
+        if record is None:
             raise not_found("no such task (unknown, finished or cancelled)")
-        return info
+        return FinishedTask(id=task_id, topic=topic, history=record)
 
     async def cancel(self, topic: str, task_id: str) -> Response:
         """Cancel a delayed, ready or dead task.  409 while it runs."""
@@ -320,6 +338,34 @@ class Api:
         with naming("topic", "window", "windows"):
             return await self.queue.timeline(name(topic), window=window, windows=windows)
 
+    async def history(
+        self,
+        topic: str,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        before: Annotated[int | None, Query(ge=1, le=2**53)] = None,
+    ) -> HistoryPage:
+        """The topic's finished tasks (acked, dead-lettered, cancelled), newest first, if it
+        keeps history; pass `next_before` back as `before` for the next page."""
+        topic = name(topic)
+        with naming("topic", "limit", "before"):
+            records = await self.queue.history(topic, limit=limit, before=before)
+        last = records[-1].seq if len(records) == limit else None
+        return HistoryPage(topic=topic, limit=limit, records=records, next_before=last)
+
+    async def activity(self, topic: str) -> ActivityPage:
+        """The topic's last hour in 10 s windows, oldest first: attempts acked, retried and
+        dead-lettered, throughput, and the lateness of handler starts (p50, p90, p99)."""
+        topic = name(topic)
+        with naming("topic"):
+            windows = await self.queue.history.activity(topic)
+        points = [
+            ActivityPoint(
+                **w.model_dump(), throughput=(w.acked + w.retried + w.dead) / WINDOW_SECONDS
+            )
+            for w in windows
+        ]
+        return ActivityPage(topic=topic, window_seconds=WINDOW_SECONDS, windows=points)
+
     async def reserve(
         self, topic: str, request: Annotated[ReserveRequest | None, Body()] = None
     ) -> ReserveResult:
@@ -355,6 +401,10 @@ class Api:
         with naming("token", "seconds"):
             deadline = await self.queue.consumer.extend(token, request.seconds)
         return ExtendResult(lease_deadline=deadline)
+
+
+def _counts(counts: dict[str, TopicStats], topic: str) -> dict[str, Any]:
+    return counts[topic].model_dump() if topic in counts else _zero()
 
 
 def _zero() -> dict[str, int]:

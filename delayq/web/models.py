@@ -9,6 +9,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, Str
 
 from delayq.consumer import MAX_WAIT_SECONDS, LeasedTask
 from delayq.duration import MAX_SECONDS
+from delayq.headers import MAX_HEADERS
+from delayq.history import ActivityWindow, HistoryRecord
 from delayq.task import SendOutcome, TaskInfo
 from delayq.topic import MAX_ATTEMPTS_LIMIT
 
@@ -19,6 +21,7 @@ PositiveSeconds = Annotated[float, Strict(), Field(gt=0, le=MAX_SECONDS, allow_i
 TaskId = Annotated[str, Strict(), Field(min_length=1, max_length=256)]
 Count = Annotated[int, Strict()]
 Flag = Annotated[bool, Strict()]
+Text = Annotated[str, Strict()]
 
 
 class Request(BaseModel):
@@ -38,6 +41,13 @@ class SendRequest(Request):
     )
     ttr: PositiveSeconds | None = Field(None, description="This task's lease length.")
     max_attempts: Count | None = Field(None, ge=1, le=MAX_ATTEMPTS_LIMIT)
+    headers: dict[Text, Text] | None = Field(
+        None,
+        max_length=MAX_HEADERS,
+        description="`str -> str` metadata for the consumer (`task.headers`), checked as "
+        "`Queue.send` checks it: names of letters, digits, `.`, `_`, `-`; values without "
+        "control characters; at most 32 headers and 4 KiB encoded.",
+    )
     on_conflict: Literal["keep", "replace"] = Field(
         "keep",
         description="When `task_id` is still waiting: `keep` it, or `replace` its body, due "
@@ -51,6 +61,43 @@ class SendReply(BaseModel):
     outcome: SendOutcome
     """``created``, ``kept`` (the id was live), ``replaced`` or ``reserved`` (running:
     not replaced)."""
+
+
+class FinishedTask(BaseModel):
+    """A task that finished (acked, dead-lettered and since cancelled, or cancelled), as its
+    topic's history recorded it (topics registered with ``history=N``)."""
+
+    id: str
+    topic: str
+    state: Literal["finished"] = "finished"
+    history: HistoryRecord
+
+
+class HistoryPage(BaseModel):
+    """A topic's finished tasks, newest first."""
+
+    topic: str
+    limit: int
+    records: list[HistoryRecord]
+    next_before: int | None
+    """Pass as ``before`` for the next (older) page; None when this page is the last."""
+
+
+class ActivityPoint(ActivityWindow):
+    """One 10 s window of a topic's activity (windows in which nothing happened are left
+    out)."""
+
+    throughput: float
+    """Attempts finished per second in the window (acked, retried and dead-lettered)."""
+
+
+class ActivityPage(BaseModel):
+    """The last hour of a topic's activity, oldest window first, as its workers counted
+    it (topics registered with ``history=N``; empty for others)."""
+
+    topic: str
+    window_seconds: int
+    windows: list[ActivityPoint]
 
 
 class RescheduleRequest(Request):
@@ -69,6 +116,8 @@ class TopicRow(BaseModel):
     paused: bool = False
     rate_limit: str | None = None
     max_running: int | None = None
+    throughput: float = 0.0
+    """Attempts finished per second over the last minute (topics with history; else 0)."""
 
 
 class StatsPage(BaseModel):

@@ -176,7 +176,7 @@ async def test_stats_pages_through_topics(client: httpx.AsyncClient, queue: Queu
     assert first["total"] == 10
     assert first["topics"] == [
         {"name": "topic-00", "delayed": 1, "ready": 1, "reserved": 0, "dead": 0,
-         "paused": False, "rate_limit": None, "max_running": None}
+         "paused": False, "rate_limit": None, "max_running": None, "throughput": 0.0}
     ]  # fmt: skip
     await queue.pause("topic-00")
     paused = (await client.get("/api/stats?prefix=topic-00", headers=R)).json()
