@@ -76,7 +76,7 @@ async def test_an_operator_follows_a_task_to_done_and_replays_a_dead_letter(
 ) -> None:
     ran: list[str] = []
 
-    @queue.topic("emails")
+    @queue.topic("emails", history=1000)
     async def send_email(body: dict[str, str]) -> None:
         ran.append(body["to"])
 
@@ -87,8 +87,10 @@ async def test_an_operator_follows_a_task_to_done_and_replays_a_dead_letter(
             )
     total = sum(minute % 7 + 1 for minute in range(1, 60, 3)) + 1
     soon = await queue.send_delayed(
-        "emails", {"to": "soon@example.com"}, delay=5, task_id="welcome-42"
-    )
+        "emails", {"to": "soon@example.com"}, delay=5, task_id="welcome-42",
+        headers={"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+    )  # fmt: skip
+    await seed_activity(queue, "emails")
     await queue.send_delayed("reports", {"day": "2026-11-24"}, delay=900)
     await queue.send_many("invoices.remind", [{"invoice": n} for n in range(3)])
     await queue.pause("invoices.remind")  # so its tasks stay ready
@@ -104,6 +106,8 @@ async def test_an_operator_follows_a_task_to_done_and_replays_a_dead_letter(
     page = await open_dashboard(browser, web)
     await expect(page.locator('tr[data-topic="emails"]')).to_be_visible(timeout=WAIT_MS)
     await expect(page.locator('tr[data-topic="reports"] td').nth(4)).to_have_text("1")
+    await expect(page.locator('[data-throughput="emails"]')).not_to_have_text("0")
+    await expect(page.locator('[data-throughput="reports"]')).to_have_text("0")
     await shot(page, "web-overview.png", tmp_path)
 
     # Follow the topic: its counts, the timeline and the next tasks, the soonest first.
@@ -114,6 +118,10 @@ async def test_an_operator_follows_a_task_to_done_and_replays_a_dead_letter(
         arg=total, timeout=WAIT_MS,
     )  # fmt: skip
     assert await page.locator("#timeline rect").count() == 61
+    # The last hour's activity: a throughput bar per window, lateness p50 and p99 lines.
+    await expect(page.locator("#throughput rect")).to_have_count(SEEDED, timeout=WAIT_MS)
+    await expect(page.locator("#lateness path.line")).to_have_count(2)
+    await expect(page.locator("#activity-note")).to_contain_text("attempts finished")
     await expect(page.locator("#upcoming tr").first).to_have_attribute("data-task", soon)
     await shot(page, "web-topic.png", tmp_path)
 
@@ -121,9 +129,15 @@ async def test_an_operator_follows_a_task_to_done_and_replays_a_dead_letter(
     await page.click(f'#upcoming a:text-is("{soon}")')
     await expect(page.locator("#state")).to_have_text(re.compile("delayed|ready"), timeout=WAIT_MS)
     await expect(page.locator("#body")).to_contain_text("soon@example.com")
+    await expect(page.locator("#headers")).to_contain_text("traceparent")
     await start_worker(queue)
     await expect(page.locator("#state")).to_have_text("done", timeout=WAIT_MS)
     assert "soon@example.com" in ran
+    # Its topic keeps history: the page shows the record of how it finished.
+    await expect(page.locator("#outcome")).to_have_text("acked", timeout=WAIT_MS)
+    await expect(page.locator("#headers")).to_contain_text("00-4bf92f35")
+    await expect(page.locator("#body")).to_contain_text("soon@example.com")
+    await shot(page, "web-task.png", tmp_path)
 
     # Replay the dead letter by clicking.
     await page.goto(f"{web.url}/#/topic/reports")
@@ -141,6 +155,32 @@ async def test_an_operator_follows_a_task_to_done_and_replays_a_dead_letter(
     await page.click("#lookup button")
     await expect(page.locator("#state")).to_have_text("ready", timeout=WAIT_MS)
     await expect(page.locator("#body")).to_contain_text("2026-11-23")
+
+
+SEEDED = 300
+"""Windows of activity :func:`seed_activity` writes (of the hour's 360)."""
+
+
+async def seed_activity(queue: Queue, topic: str) -> None:
+    """An hour of a topic's activity, as workers would have added it (``rollup.lua``'s
+    ring: ``<slot>:w`` names the window, then its counts): the charts need an hour, which a
+    test cannot wait for.  The last :data:`SEEDED` windows before the current one, a busy
+    quarter-hour in the middle."""
+    now = int((await queue.redis.time())[0]) // 10
+    fields: dict[str, int] = {}
+    for window in range(now - SEEDED, now):
+        age = now - window
+        busy = 3 if 120 <= age < 210 else 1
+        acked = 40 * busy + window % 7 * 3
+        slow = 6 if busy > 1 else 0  # starts in the 200 ms and 1 s buckets
+        slot = window % 360
+        fields |= {
+            f"{slot}:w": window, f"{slot}:acked": acked, f"{slot}:retried": window % 3,
+            f"{slot}:dead": int(window % 29 == 0), f"{slot}:late_n": acked,
+            f"{slot}:late_ms": acked * 3, f"{slot}:l1": acked - 2 - slow,
+            f"{slot}:l4": 2, f"{slot}:l7": slow // 2, f"{slot}:l9": slow - slow // 2,
+        }  # fmt: skip
+    await queue.redis.hset(queue.keys(topic).rollup, mapping=fields)
 
 
 async def test_a_read_token_sees_no_buttons_and_a_narrow_window_fits(

@@ -119,7 +119,9 @@ function overview(main) {
       el("thead", {}, el("tr", {},
         el("th", { text: "Topic" }), el("th", { class: "num", text: "Delayed" }),
         el("th", { class: "num", text: "Ready" }), el("th", { class: "num", text: "Reserved" }),
-        el("th", { class: "num", text: "Dead" }), el("th", { class: "hide-narrow", text: "Controls" }))),
+        el("th", { class: "num", text: "Dead" }),
+        el("th", { class: "num hide-narrow", text: "Done /s", title: "attempts finished per second, last minute (topics with history)" }),
+        el("th", { class: "hide-narrow", text: "Controls" }))),
       body)),
   );
   return async () => {
@@ -128,19 +130,95 @@ function overview(main) {
       el("td", {}, el("a", { href: topicHref(t.name), text: t.name })),
       el("td", { class: "num", text: t.delayed }), el("td", { class: "num", text: t.ready }),
       el("td", { class: "num", text: t.reserved }), el("td", { class: "num", text: t.dead }),
+      el("td", { class: "num hide-narrow", "data-throughput": t.name, text: rate(t.throughput) }),
       el("td", { class: "hide-narrow" },
         t.paused ? el("span", { class: "badge paused", text: "paused" }) : null,
         t.rate_limit ? el("span", { class: "badge", text: `≤ ${t.rate_limit}` }) : null,
         t.max_running ? el("span", { class: "badge", text: `≤ ${t.max_running} running` }) : null),
     )));
     if (!page.topics.length) {
-      body.append(el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No topics yet." })));
+      body.append(el("tr", {}, el("td", { colspan: 7, class: "muted", text: "No topics yet." })));
     }
     const last = Math.min(offset + page.topics.length, page.total);
     info.textContent = page.total ? `${offset + 1}–${last} of ${page.total}` : "";
     prev.disabled = offset === 0;
     next.disabled = last >= page.total;
   };
+}
+
+function rate(perSecond) {
+  if (!perSecond) return "0";
+  return perSecond >= 100 ? perSecond.toFixed(0) : perSecond >= 1 ? perSecond.toFixed(1) : perSecond.toFixed(2);
+}
+
+function seconds(value) {
+  return value >= 1 ? `${value} s` : `${Math.round(value * 1000)} ms`;
+}
+
+// The last hour as x from 0 to `width`: a window's start maps to its place.
+const HOUR_MS = 3600 * 1000;
+
+function drawActivity(latenessChart, throughputChart, activity) {
+  const width = 600, height = 120, bottom = 14, top = 6;
+  const end = Date.now(), start = end - HOUR_MS;
+  const span = activity.window_seconds * 1000;
+  const x = (iso) => ((new Date(iso).getTime() - start) / HOUR_MS) * width;
+  const step = (span / HOUR_MS) * width;
+  const windows = activity.windows.filter((w) => new Date(w.start).getTime() + span > start);
+  const axis = (chart) => {
+    for (const minutes of [60, 45, 30, 15, 0]) {
+      const label = svg("text", { x: Math.min(width - 30, ((HOUR_MS - minutes * 60000) / HOUR_MS) * width + 2), y: height - 2 });
+      label.textContent = minutes ? `-${minutes} min` : "now";
+      chart.append(label);
+    }
+  };
+  // Throughput: one bar per window.
+  throughputChart.replaceChildren();
+  throughputChart.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  const most = Math.max(0.1, ...windows.map((w) => w.throughput));
+  for (const w of windows) {
+    const h = (w.throughput / most) * (height - bottom - top);
+    const rect = svg("rect", { x: x(w.start), y: height - bottom - h, width: Math.max(1, step - 0.5), height: h, class: "bar done" });
+    const title = svg("title", {});
+    title.textContent = `${new Date(w.start).toLocaleTimeString()}: ${rate(w.throughput)}/s (${w.acked} acked, ${w.retried} retried, ${w.dead} dead)`;
+    rect.append(title);
+    throughputChart.append(rect);
+  }
+  const peak = svg("text", { x: 2, y: top + 8 });
+  peak.textContent = windows.length ? `${rate(most)}/s` : "";
+  throughputChart.append(peak);
+  axis(throughputChart);
+  // Lateness p50 and p99 on a log scale from 1 ms, a line through consecutive windows.
+  latenessChart.replaceChildren();
+  latenessChart.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  const values = windows.flatMap((w) => [w.lateness_p50, w.lateness_p99]).filter((v) => v !== null);
+  const ceiling = Math.max(0.01, ...values);
+  const decades = Math.ceil(Math.log10(ceiling / 0.001));
+  const y = (v) => height - bottom - (Math.log10(Math.max(v, 0.001) / 0.001) / decades) * (height - bottom - top);
+  for (let d = 0; d <= decades; d += 1) {
+    const v = 0.001 * 10 ** d;
+    latenessChart.append(svg("line", { x1: 0, x2: width, y1: y(v), y2: y(v), class: "grid" }));
+    const label = svg("text", { x: 2, y: y(v) - 2 < top + 4 ? y(v) + 10 : y(v) - 2 });
+    label.textContent = seconds(Number(v.toPrecision(1)));
+    latenessChart.append(label);
+  }
+  for (const key of ["lateness_p50", "lateness_p99"]) {
+    let path = "", last = null;
+    for (const w of windows) {
+      if (w[key] === null) { last = null; continue; }
+      const at = new Date(w.start).getTime();
+      const px = x(w.start) + step / 2, py = y(w[key]);
+      path += `${last !== null && at - last <= span ? "L" : "M"}${px.toFixed(1)} ${py.toFixed(1)} `;
+      last = at;
+      const dot = svg("circle", { cx: px, cy: py, r: 1.6, class: key.slice(9) });
+      const title = svg("title", {});
+      title.textContent = `${new Date(w.start).toLocaleTimeString()}: ${key.slice(9)} ≤ ${seconds(w[key])} (${w.started} starts)`;
+      dot.append(title);
+      latenessChart.append(dot);
+    }
+    if (path) latenessChart.append(svg("path", { d: path, class: `line ${key.slice(9)}` }));
+  }
+  axis(latenessChart);
 }
 
 // ---------------------------------------------------------------- topic page
@@ -182,6 +260,9 @@ function topicPage(main, topic) {
     el("option", { value: "day", text: "next day, per hour" }));
   spanSelect.addEventListener("change", () => refreshNow());
   const timelineNote = el("span", { class: "muted", id: "timeline-note" });
+  const lateness = svg("svg", { class: "chart", id: "lateness", role: "img", "aria-label": "lateness p50 and p99, last hour" });
+  const throughput = svg("svg", { class: "chart", id: "throughput", role: "img", "aria-label": "throughput, last hour" });
+  const activityNote = el("div", { class: "muted", id: "activity-note" });
   const upcoming = el("tbody", { id: "upcoming" });
   const dead = el("tbody", { id: "dead" });
   const deadInfo = el("span", { class: "muted", id: "dead-info" });
@@ -201,8 +282,12 @@ function topicPage(main, topic) {
           el("th", { text: "Task" }), el("th", { text: "State" }), el("th", { text: "Due" }),
           el("th", { class: "num", text: "Attempts" }))), upcoming))),
       el("section", {}, el("h2", { text: "Lateness and throughput, last hour" }),
-        el("div", { class: "card muted", id: "aggregates" },
-          "Needs the rolling aggregates of the observability work, which this delayq does not have yet."))),
+        el("div", { class: "card", id: "aggregates" },
+          el("div", { class: "muted legend" }, el("span", { class: "key p50" }), "lateness p50 ",
+            el("span", { class: "key p99" }), "p99 (log scale)"),
+          lateness,
+          el("div", { class: "muted legend" }, el("span", { class: "key done" }), "attempts finished /s"),
+          throughput, activityNote))),
     el("h2", {}, "Dead letters ", deadInfo, " ", deadPrev, deadNext),
     el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {},
       el("th", { text: "Task" }), el("th", { class: "num", text: "Attempts" }),
@@ -212,12 +297,18 @@ function topicPage(main, topic) {
   return async () => {
     const t = enc(topic);
     const span = SPANS[spanSelect.value];
-    const [stats, timeline, page, letters] = await Promise.all([
+    const [stats, timeline, page, letters, activity] = await Promise.all([
       api("GET", `stats?prefix=${t}&limit=1`),
       api("GET", `topics/${t}/timeline?window=${span.window}&windows=${span.windows}`),
       api("GET", `topics/${t}/upcoming?limit=20`),
       api("GET", `topics/${t}/dead?offset=${deadOffset}&limit=20`),
+      api("GET", `topics/${t}/activity`),
     ]);
+    drawActivity(lateness, throughput, activity);
+    const finished = activity.windows.reduce((sum, w) => sum + w.acked + w.retried + w.dead, 0);
+    activityNote.textContent = activity.windows.length
+      ? `${finished} attempts finished in the last hour, in ${activity.windows.length} windows of ${activity.window_seconds} s`
+      : "No activity in the last hour (counted by workers of topics registered with history=N).";
     const row = stats.topics.find((r) => r.name === topic) || { delayed: 0, ready: 0, reserved: 0, dead: 0 };
     counts.replaceChildren(...["delayed", "ready", "reserved", "dead"].map((k) => el("div", { class: "card" },
       el("div", { class: `count ${k}`, "data-count": k, text: row[k] }), el("div", { class: "muted", text: k }))));
@@ -268,12 +359,17 @@ function taskPage(main, topic, id) {
     let task;
     try {
       task = await api("GET", `topics/${enc(topic)}/tasks/${enc(id)}`);
+      if (task.state === "finished") {
+        actions.replaceChildren();
+        details.replaceChildren(finishedView(task.history));
+        return;
+      }
     } catch (error) {
       if (error.status !== 404) throw error;
       actions.replaceChildren();
       details.replaceChildren(el("dl", {},
         el("dt", { text: "state" }), el("dd", { class: "state done", id: "state", text: "done" }),
-        el("dt", { text: "" }), el("dd", { class: "muted", text: "No such task now: it finished (acked), was cancelled, or never existed." })));
+        el("dt", { text: "" }), el("dd", { class: "muted", text: "No such task now: it finished (acked), was cancelled, or never existed; its topic keeps no history of it." })));
       return;
     }
     const field = (name, value) => [el("dt", { text: name }), el("dd", { text: value ?? "—" })];
@@ -284,6 +380,7 @@ function taskPage(main, topic, id) {
       task.lease_deadline ? field("lease ends", when(task.lease_deadline)) : null,
       task.dead_at ? field("dead since", when(task.dead_at)) : null,
       field("last error", task.last_error),
+      el("dt", { text: "headers" }), el("dd", {}, headerList(task.headers)),
       el("dt", { text: "body" }), el("dd", {}, el("pre", { id: "body", text: JSON.stringify(task.body, null, 2) }))));
     fill(actions,
       task.state === "dead" && can("admin") ? el("button", { id: "replay", text: "Replay",
@@ -291,6 +388,28 @@ function taskPage(main, topic, id) {
       task.state !== "reserved" && can("produce") ? el("button", { id: "cancel", class: "danger", text: "Cancel",
         onclick: (e) => act(e.target, () => api("DELETE", `topics/${enc(topic)}/tasks/${enc(id)}`), "Cancelled.") }) : null);
   };
+}
+
+function headerList(headers) {
+  const names = Object.keys(headers || {});
+  if (!names.length) return el("span", { class: "muted", id: "headers", text: "none" });
+  return el("table", { class: "headers", id: "headers" }, ...names.map((name) => el("tr", {},
+    el("th", { text: name }), el("td", { text: headers[name] }))));
+}
+
+// A finished task, as its topic's history recorded it.
+function finishedView(record) {
+  const field = (name, value, attrs = {}) => [el("dt", { text: name }), el("dd", { ...attrs, text: value ?? "—" })];
+  return el("dl", {},
+    el("dt", { text: "state" }), el("dd", { class: "state done", id: "state", text: "done" }),
+    field("outcome", record.outcome, { id: "outcome", class: `outcome ${record.outcome}` }),
+    field("finished", when(record.finished_at)), field("due", when(record.due_at)),
+    field("started", record.started_at ? when(record.started_at) : "no handler ran"),
+    field("lateness", record.lateness === null ? null : seconds(Number(record.lateness.toFixed(3)))),
+    field("enqueued", when(record.enqueued_at)), field("attempts", record.attempts),
+    field("error", record.error), field("history record", `#${record.seq}`),
+    el("dt", { text: "headers" }), el("dd", {}, headerList(record.headers)),
+    el("dt", { text: "body" }), el("dd", {}, el("pre", { id: "body", text: JSON.stringify(record.body, null, 2) })));
 }
 
 // ---------------------------------------------------------------- routing, refresh, login
