@@ -23,13 +23,14 @@ runs, and nothing is imported, unless ``instrument`` is called.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context, propagate, trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode, TraceState
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
     from delayq.events import Sending, TaskEvent
     from delayq.queue import Queue
@@ -49,6 +50,8 @@ class Instrumentation:
         # that runs each one's handler (detached when that task starts the next).
         self._spans: dict[tuple[str, str], trace.Span] = {}
         self._attached: dict[asyncio.Task[Any], object] = {}
+        # Per topic: the consumer span's name and fixed attributes, built once.
+        self._fixed: dict[str, tuple[str, dict[str, Any]]] = {}
         queue.hooks.on_send(self.around_send)
         queue.hooks.add_listener(self.on_event)
 
@@ -90,29 +93,70 @@ class Instrumentation:
                 span.end()
 
     def _start(self, event: TaskEvent) -> None:
-        task = asyncio.current_task()
-        parent = propagate.extract(event.headers) if event.headers else None
-        sender = trace.get_current_span(parent).get_span_context() if parent else None
-        span = self.tracer.start_span(
-            f"process {event.topic}", context=parent, kind=SpanKind.CONSUMER,
-            links=[Link(sender)] if sender and sender.is_valid else None,
-            attributes={
-                "messaging.system": SYSTEM, "messaging.destination.name": event.topic,
+        parent = sender = None
+        if event.headers:
+            parent, sender = remote_parent(event.headers)
+        topic = event.topic
+        fixed = self._fixed.get(topic)
+        if fixed is None:
+            fixed = self._fixed[topic] = (f"process {topic}", {
+                "messaging.system": SYSTEM, "messaging.destination.name": topic,
                 "messaging.operation.type": "process", "messaging.operation.name": "process",
-                "messaging.message.id": event.task_id, "delayq.task.attempt": event.attempt,
+            })  # fmt: skip
+        name, attributes = fixed
+        span = self.tracer.start_span(
+            name, context=parent, kind=SpanKind.CONSUMER,
+            links=(Link(sender),) if sender is not None else None,
+            attributes={
+                **attributes, "messaging.message.id": event.task_id,
+                "delayq.task.attempt": event.attempt,
                 "delayq.lateness_seconds": event.lateness or 0.0,
             },
         )  # fmt: skip
-        previous = self._spans.pop((event.topic, event.task_id), None)
+        key = (topic, event.task_id)
+        previous = self._spans.pop(key, None)
         if previous is not None:
             previous.end()  # an attempt whose outcome never came (its ack failed for good)
-        self._spans[(event.topic, event.task_id)] = span
+        self._spans[key] = span
+        task = asyncio.current_task()
         if task is not None:
             # The handler runs next in this very task: make the span current there.
             token = self._attached.pop(task, None)
             if token is not None:
                 context.detach(token)  # type: ignore[arg-type]
             self._attached[task] = context.attach(trace.set_span_in_context(span))
+
+
+TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+"""W3C trace context's ``traceparent`` of version 00, the one :func:`remote_parent` reads
+itself."""
+
+
+def remote_parent(
+    headers: Mapping[str, str],
+) -> tuple[context.Context | None, trace.SpanContext | None]:
+    """The sender's context in a task's ``headers`` and its span context (None if absent).
+
+    A ``traceparent`` of version 00 (what OpenTelemetry's W3C propagator injects) is read
+    here, without the global propagator's machinery (a quarter of the consumer span's cost
+    through it); anything else (another version, other propagators' headers, baggage)
+    goes through ``opentelemetry.propagate.extract``.
+    """
+    value = headers.get("traceparent")
+    match = TRACEPARENT.fullmatch(value) if value is not None else None
+    if match is None or "baggage" in headers:
+        parent = propagate.extract(headers)
+        sender = trace.get_current_span(parent).get_span_context()
+        return (parent, sender) if sender.is_valid else (None, None)
+    trace_id, span_id = int(match[1], 16), int(match[2], 16)
+    if not trace_id or not span_id:
+        return None, None
+    state = headers.get("tracestate")
+    sender = trace.SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(int(match[3], 16)),
+        trace_state=TraceState.from_header([state]) if state else None,
+    )  # fmt: skip
+    return trace.set_span_in_context(trace.NonRecordingSpan(sender)), sender
 
 
 def instrument(

@@ -100,3 +100,34 @@ async def test_without_instrument_nothing_is_traced_or_added(queue: Queue) -> No
     assert exporter.get_finished_spans() == ()
     assert (await queue.get("t", task_id)).headers == {}  # type: ignore[union-attr]
     assert queue.hooks.send_hooks == [] and queue.hooks.listeners == []
+
+
+def test_remote_parent_reads_traceparent_as_the_w3c_propagator_does() -> None:
+    """The direct read of ``traceparent`` agrees with OpenTelemetry's propagator, and what
+    it does not read goes through the propagator."""
+    from opentelemetry import propagate, trace
+    from opentelemetry.baggage import get_baggage
+
+    from delayq.otel import remote_parent
+
+    valid = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    cases = [
+        {"traceparent": valid},
+        {"traceparent": valid, "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
+        {"traceparent": valid.replace("-01", "-00")},
+        {"traceparent": "00-" + "0" * 32 + "-b7ad6b7169203331-01"},  # zero trace id
+        {"traceparent": "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"},  # upper case
+        {"traceparent": "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra"},
+        {"traceparent": "garbage"},
+        {"order": "7"},
+    ]
+    for headers in cases:
+        parent, sender = remote_parent(headers)
+        expected = trace.get_current_span(propagate.extract(headers)).get_span_context()
+        if expected.is_valid:
+            assert sender == expected and parent is not None, headers
+            assert trace.get_current_span(parent).get_span_context() == expected
+        else:
+            assert (parent, sender) == (None, None), headers
+    parent, _ = remote_parent({"traceparent": valid, "baggage": "user=7"})
+    assert parent is not None and get_baggage("user", parent) == "7"

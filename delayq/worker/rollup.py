@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from delayq.cancel import raise_if_cancelling
@@ -38,10 +37,12 @@ FLUSH_EVERY = 2.0
 """Seconds between a worker's additions to the rolling windows (at most this late)."""
 LATENESS_BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
 """Upper bounds of the lateness buckets ``l0``..``l14``; ``l15`` is everything later."""
-FIELDS = ("acked", "retried", "dead", "late_n", "late_ms",
-          *(f"l{b}" for b in range(len(LATENESS_BOUNDS_MS) + 1)))  # fmt: skip
+BUCKETS = tuple(f"l{b}" for b in range(len(LATENESS_BOUNDS_MS) + 1))
+"""The lateness buckets' fields, by index."""
+FIELDS = ("acked", "retried", "dead", "late_n", "late_ms", *BUCKETS)
 """Every field of a window (``rollup.lua`` clears a window by these names)."""
-COUNTED = {"acked": "acked", "retried": "retried", "dead": "dead"}
+COUNTED = frozenset(("acked", "retried", "dead"))
+"""The events counted under their own name."""
 
 
 async def prepare(queue: TaskSource, topics: Sequence[Topic[Any]]) -> Rollup | None:
@@ -86,22 +87,26 @@ class Rollup:
     def __init__(self, scripts: Scripts, topics: Mapping[str, TopicKeys]) -> None:
         self._scripts = scripts
         self._topics = dict(topics)
-        self._counts: dict[str, Counter[str]] = {}
+        # Per topic, every field's count since the last flush (the event listener's hot path:
+        # a plain dict with every key present costs less than a Counter).
+        self._counts: dict[str, dict[str, int]] = {}
 
     def __call__(self, event: TaskEvent) -> None:
         """The event listener: count ``event`` if its topic keeps history."""
-        if event.topic not in self._topics:
-            return
         counts = self._counts.get(event.topic)
         if counts is None:
-            counts = self._counts[event.topic] = Counter()
-        if event.kind == "delivered" and event.lateness is not None:
-            late_ms = max(event.lateness * 1000, 0.0)
-            counts[f"l{bisect.bisect_left(LATENESS_BOUNDS_MS, late_ms)}"] += 1
-            counts["late_n"] += 1
-            counts["late_ms"] += round(late_ms)
-        elif event.kind in COUNTED:
-            counts[COUNTED[event.kind]] += 1
+            if event.topic not in self._topics:
+                return
+            counts = self._counts[event.topic] = dict.fromkeys(FIELDS, 0)
+        kind = event.kind
+        if kind == "delivered":
+            if event.lateness is not None:
+                late_ms = event.lateness * 1000 if event.lateness > 0 else 0.0
+                counts[BUCKETS[bisect.bisect_left(LATENESS_BOUNDS_MS, late_ms)]] += 1
+                counts["late_n"] += 1
+                counts["late_ms"] += round(late_ms)
+        elif kind in COUNTED:
+            counts[kind] += 1
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Flush every :data:`FLUSH_EVERY` seconds until ``stopping`` is set, then once more."""
