@@ -50,6 +50,8 @@ class TaskEvent:
             run time in seconds.
         error: ``retried``, ``dead``, ``expired``: the error recorded with the task.
         headers: ``delivered``: the task's headers (e.g. the sender's trace context).
+        due_ms: ``delivered`` and the outcome of a delivery: the due time it was leased
+            for, Unix ms on Redis's clock (``None`` elsewhere).
     """
 
     kind: EventKind
@@ -61,6 +63,7 @@ class TaskEvent:
     duration: float | None = None
     error: str | None = None
     headers: Mapping[str, str] | None = None
+    due_ms: int | None = None
 
 
 @dataclass(slots=True)

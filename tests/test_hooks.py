@@ -443,3 +443,39 @@ async def test_on_outcome_reports_every_kind(queue: Queue, start_worker: StartWo
     assert by_id[("bad", 2)] == ("dead", "ValueError: attempt 2")
     kind, error = by_id[("invalid", 1)]
     assert kind == "dead" and error is not None and error.startswith("BodyValidationError")
+
+
+async def test_on_outcome_is_the_listeners_events_of_its_own_worker(
+    queue: Queue, start_worker: StartWorker
+) -> None:
+    """``on_outcome`` is told what the queue's listeners are told (acked, retried, dead:
+    same tasks, attempts, errors and due times), and of its own worker's deliveries only."""
+    from delayq import TaskEvent
+    from delayq.task import from_millis
+
+    @queue.topic("job", max_attempts=2, backoff=FAST_RETRY)
+    async def job(body: Flag, task: Task) -> None:
+        await asyncio.sleep(0.01)
+        if body.fail:
+            raise ValueError(f"attempt {task.attempt}")
+
+    events: list[TaskEvent] = []
+    queue.hooks.add_listener(events.append)
+    first, second = Outcomes(), Outcomes()
+    await start_worker(queue, on_outcome=first, concurrency=2)
+    await start_worker(queue, on_outcome=second, concurrency=2)
+    for n in range(10):
+        await queue.send("job", {"fail": n % 2}, task_id=f"t{n}")
+    async with asyncio.timeout(15):
+        while len(first.items) + len(second.items) < 15:  # 5 acked, 5 x (retried, dead)
+            await asyncio.sleep(0.02)
+    told = [
+        (e.task_id, e.attempt, e.kind, e.error, from_millis(e.due_ms or 0))
+        for e in events
+        if e.kind in ("acked", "retried", "dead")
+    ]
+    reported = [
+        (o.task_id, o.attempt, o.outcome, o.error, o.due_at) for o in first.items + second.items
+    ]
+    assert sorted(told) == sorted(reported)
+    assert len(reported) == 15 and len(set(reported)) == 15  # none told to both workers

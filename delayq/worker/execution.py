@@ -32,25 +32,21 @@ from delayq.errors import (
     LeaseLostError,
     Retry,
 )
-from delayq.task import Outcome, Task, from_millis
+from delayq.task import Task, from_millis
 from delayq.worker.acker import Acker
 from delayq.worker.lease import local_deadline
-from delayq.worker.report import nack_event, tell
+from delayq.worker.report import Reporter, nack_event
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
-    from delayq.events import Hooks
     from delayq.redis.scripts import NackMode, Scripts
-    from delayq.task import OutcomeKind
     from delayq.worker.chain import Call
     from delayq.worker.lease import Deadlines, Delivery
 
 log = logging.getLogger("delayq.worker")
 
 MAX_ERROR_CHARS = 2000
-NACK_OUTCOMES: dict[int, OutcomeKind] = {1: "retried", 2: "dead"}
-"""nack.lua's codes for a recorded failure, as outcomes (0, a lost lease, reports none)."""
 
 
 class Executor:
@@ -62,8 +58,8 @@ class Executor:
         held: the worker's deliveries by (topic, id); a recorded outcome removes one.
         max_body_bytes: the largest body a handler is given.
         ack_limit: acks queued or in flight before finished handlers wait.
-        on_outcome: called with each delivery's :class:`Outcome`, if given.
-        hooks: the queue's event listeners (``delivered`` and each outcome, when any).
+        reporter: tells the queue's event listeners and the worker's ``on_outcome`` about
+            each delivery (``delivered`` and its outcome), when anyone listens.
     """
 
     def __init__(
@@ -74,11 +70,10 @@ class Executor:
         *,
         max_body_bytes: int,
         ack_limit: int,
-        on_outcome: Callable[[Outcome], None] | None = None,
-        hooks: Hooks | None = None,
+        reporter: Reporter,
     ) -> None:
         self._scripts = scripts
-        self._hooks = hooks
+        self._reporter = reporter
         self.now = time.monotonic  # the loop's clock: the worker sets it to loop.time
         self.chains: Mapping[str, Call] = {}
         """The call of each topic, by name (see :mod:`delayq.worker.chain`), set when the
@@ -86,7 +81,6 @@ class Executor:
         self._deadlines = deadlines
         self._held = held
         self._max_body_bytes = max_body_bytes
-        self._on_outcome = on_outcome
         self.acker = Acker(scripts, self._acked, limit=ack_limit)
         self.state: Any = None
         """What the queue's lifespan yielded (every Task's ``state``)."""
@@ -117,8 +111,8 @@ class Executor:
             headers=envelope.headers,
         )  # fmt: skip
         d.started = self.now()
-        if self._hooks is not None and self._hooks.listeners:
-            tell(self._hooks, "delivered", d)
+        if self._reporter.listening:
+            self._reporter.tell("delivered", d)
         try:
             await self._run(d, body, task, me)
         except Retry as retry:
@@ -168,20 +162,8 @@ class Executor:
         self._held.pop((d.topic.name, d.task_id), None)
         if not acked:
             log.warning("ack of %s/%s refused: its lease was lost", d.topic.name, d.task_id)
-        elif self._on_outcome is not None:
-            self._report(d, "acked", None)
-        if self._hooks is not None and self._hooks.listeners:
-            tell(self._hooks, "acked" if acked else "lease_lost", d)
-
-    def _report(self, d: Delivery, outcome: OutcomeKind, error: str | None) -> None:
-        assert self._on_outcome is not None
-        due_at = from_millis(d.envelope.due_ms)
-        try:
-            self._on_outcome(
-                Outcome(d.topic.name, d.task_id, d.envelope.attempts, outcome, error, due_at)
-            )
-        except Exception:
-            log.exception("on_outcome hook failed for %s/%s", d.topic.name, d.task_id)
+        if self._reporter.listening:
+            self._reporter.tell("acked" if acked else "lease_lost", d)
 
     @staticmethod
     def _backoff_ms(d: Delivery) -> int:
@@ -222,10 +204,8 @@ class Executor:
             log.warning("%s of %s/%s refused: its lease was lost", mode, d.topic.name, d.task_id)
         elif outcome == 2:
             log.warning("dead-lettered %s/%s: %s", d.topic.name, d.task_id, error)
-        if self._on_outcome is not None and mode != "release" and outcome in NACK_OUTCOMES:
-            self._report(d, NACK_OUTCOMES[outcome], error)
-        if self._hooks is not None and self._hooks.listeners and (outcome or mode != "release"):
-            tell(self._hooks, nack_event(mode, outcome), d, error)
+        if self._reporter.listening and (outcome or mode != "release"):
+            self._reporter.tell(nack_event(mode, outcome), d, error)
 
     async def _extend(self, d: Delivery, seconds: float) -> None:
         ms = to_millis(seconds, name="seconds", allow_zero=False)

@@ -44,7 +44,7 @@ from delayq.worker.declare import declare_limits
 from delayq.worker.execution import Executor
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 from delayq.worker.periodic import Keeper
-from delayq.worker.report import tell_reclaimed
+from delayq.worker.report import Reporter, tell_reclaimed
 from delayq.worker.rollup import prepare
 
 if TYPE_CHECKING:
@@ -85,8 +85,9 @@ class Worker:
         topics: names of registered topics to consume (default: all).
         grace: on stop, how long running handlers may finish before being cancelled.
         on_outcome: called with the :class:`~delayq.task.Outcome` of every delivery this
-            worker acked, retried or dead-lettered (a hook for tests and metrics; it must
-            not block, and an exception it raises is logged).
+            worker acked, retried or dead-lettered: an alias of an event listener
+            (``queue.hooks.add_listener``) told only this worker's ``acked``, ``retried`` and
+            ``dead`` events (it must not block, and an exception it raises is logged).
         threads: most plain ``def`` handlers running at once, each in a worker thread
             (default: ``concurrency``); the limiter is this worker's own.
     """
@@ -129,8 +130,8 @@ class Worker:
             raise InvalidInputError(f"threads must be a positive int, got {threads!r}")
         self._executor = Executor(
             queue.scripts, self._deadlines, self._held,
-            max_body_bytes=queue.max_body_bytes, ack_limit=concurrency, on_outcome=on_outcome,
-            hooks=queue.hooks,
+            max_body_bytes=queue.max_body_bytes, ack_limit=concurrency,
+            reporter=Reporter(queue.hooks, on_outcome),
         )  # fmt: skip
 
     def stop(self) -> None:
