@@ -29,10 +29,12 @@ from pydantic import BaseModel, ConfigDict
 
 from delayq.duration import Duration, to_millis, to_seconds
 from delayq.errors import InvalidDurationError, InvalidInputError, LeaseLostError
+from delayq.events import Hooks, TaskEvent
 from delayq.redis.keys import check_task_id, check_topic, wake_pattern
 from delayq.redis.wakeup import Signal, WakeupHub
 from delayq.task import Envelope, from_millis
 from delayq.worker.execution import MAX_ERROR_CHARS
+from delayq.worker.report import nack_event, tell_reclaimed
 from delayq.worker.runner import IDLE_RECHECK, MAX_BATCH, MAX_RECLAIM, log_skipped
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
+    from delayq.events import EventKind
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
     from delayq.topic import TopicOptions
@@ -135,6 +138,9 @@ class Consumer:
         queue: the queue's name.
         keys: the key names of a topic (validates the topic).
         options: the options of a topic: its registered handler's, or the defaults.
+        hooks: the queue's hooks: its event listeners are told what this consumer's leases
+            became, as a worker's deliveries (``delivered`` at the lease, ``acked``,
+            ``retried``, ``dead``, ``lease_lost``, ``expired``), each with ``consumer`` set.
     """
 
     def __init__(
@@ -145,7 +151,9 @@ class Consumer:
         queue: str,
         keys: Callable[[str], TopicKeys],
         options: Callable[[str], TopicOptions],
+        hooks: Hooks | None = None,
     ) -> None:
+        self._hooks = hooks if hooks is not None else Hooks()
         self._redis = redis
         self._scripts = scripts
         self._queue = queue
@@ -193,13 +201,22 @@ class Consumer:
             )  # fmt: skip
             if found.skipped:
                 log_skipped(topic, found.skipped)
+            if found.reclaimed and self._hooks.listeners:
+                tell_reclaimed(self._hooks, topic, found.reclaimed)
             left = give_up - loop.time()
             if found.items or woken is None or left <= 0:
                 now_ms = found.now_us // 1000
-                return [
-                    leased(topic, task_id, raw, now_ms, ttr_ms, options.max_attempts)
-                    for task_id, raw in found.items
-                ]
+                tasks = []
+                for task_id, raw in found.items:
+                    envelope = Envelope.parse(raw)  # reserve.lua already checked the header
+                    tasks.append(leased(topic, task_id, envelope, now_ms, ttr_ms, options))
+                    if self._hooks.listeners:
+                        self._hooks.emit(TaskEvent(
+                            "delivered", topic, task_id, envelope.attempts,
+                            lateness=(now_ms - envelope.due_ms) / 1000,
+                            headers=envelope.headers, due_ms=envelope.due_ms, consumer=True,
+                        ))  # fmt: skip
+                return tasks
             pause = min(left, IDLE_RECHECK)
             if found.next_ms >= 0:
                 pause = min(pause, (found.next_ms * 1000 - found.now_us) / 1e6)
@@ -221,6 +238,7 @@ class Consumer:
         cap = self._options(handle.topic).history  # recorded as ended now, start unknown
         lease = (handle.task_id, handle.fencing_token, ",")[: 3 if cap else 2]
         (acked,) = await self._scripts.ack(keys, [lease], history=cap)
+        self._tell("acked" if acked else "lease_lost", handle)
         if not acked:
             raise _lost(handle)
 
@@ -259,6 +277,7 @@ class Consumer:
             delay_ms=delay_ms, error=error[:MAX_ERROR_CHARS], max_attempts=options.max_attempts,
             history=options.history,
         )  # fmt: skip
+        self._tell(nack_event("dead" if dead else "retry", outcome), handle, error)
         if outcome == 0:
             raise _lost(handle)
         return NackResult(outcome="retry" if outcome == 1 else "dead", at=from_millis(when))
@@ -280,6 +299,13 @@ class Consumer:
         if not deadline:
             raise _lost(handle)
         return from_millis(deadline)
+
+    def _tell(self, kind: EventKind, handle: LeaseHandle, error: str = "") -> None:
+        if self._hooks.listeners:
+            self._hooks.emit(TaskEvent(
+                kind, handle.topic, handle.task_id, handle.attempt,
+                error=error[:MAX_ERROR_CHARS] or None, consumer=True,
+            ))  # fmt: skip
 
     async def aclose(self) -> None:
         """Stop the wake-up subscription, if a waiting lease opened one."""
@@ -304,10 +330,10 @@ class Consumer:
 
 
 def leased(
-    topic: str, task_id: str, raw: bytes, now_ms: int, ttr_ms: int, max_attempts: int
+    topic: str, task_id: str, envelope: Envelope, now_ms: int, ttr_ms: int, options: TopicOptions
 ) -> LeasedTask:
     """A :class:`LeasedTask` from one task of a reserve reply."""
-    envelope = Envelope.parse(raw)  # reserve.lua already checked the header
+    max_attempts = options.max_attempts
     try:
         body = pydantic_core.from_json(envelope.body)
     except ValueError:

@@ -50,8 +50,12 @@ class TaskEvent:
             run time in seconds.
         error: ``retried``, ``dead``, ``expired``: the error recorded with the task.
         headers: ``delivered``: the task's headers (e.g. the sender's trace context).
-        due_ms: ``delivered`` and the outcome of a delivery: the due time it was leased
-            for, Unix ms on Redis's clock (``None`` elsewhere).
+        due_ms: ``delivered`` and the outcome of a worker's delivery: the due time it was
+            leased for, Unix ms on Redis's clock (``None`` elsewhere).
+        consumer: reported by the lease-token API (``queue.consumer``, which the HTTP API
+            uses), not a worker: ``delivered`` is the lease (its ``lateness`` runs from the
+            due time to the lease; no handler runs in this process) and an outcome is the
+            consumer's ack or nack (no ``duration``).
     """
 
     kind: EventKind
@@ -64,6 +68,7 @@ class TaskEvent:
     error: str | None = None
     headers: Mapping[str, str] | None = None
     due_ms: int | None = None
+    consumer: bool = False
 
 
 @dataclass(slots=True)

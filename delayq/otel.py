@@ -16,7 +16,9 @@ ERROR and ``error.type``.
 
 The consumer span is current while the handler runs, so spans the handler opens are its
 children.  It is started from the worker's ``delivered`` event (in the task that runs the
-handler) and ended at the attempt's outcome; see docs/observability.md.  Nothing of this
+handler) and ended at the attempt's outcome; see docs/observability.md.  A task leased
+through ``queue.consumer`` (the HTTP API) gets its consumer span too, from the lease to the
+ack or nack, never made current (its handler runs in another process).  Nothing of this
 runs, and nothing is imported, unless ``instrument`` is called.
 """
 
@@ -118,6 +120,8 @@ class Instrumentation:
         if previous is not None:
             previous.end()  # an attempt whose outcome never came (its ack failed for good)
         self._spans[key] = span
+        if event.consumer:
+            return  # a lease of queue.consumer: the handler (if any) runs elsewhere
         task = asyncio.current_task()
         if task is not None:
             # The handler runs next in this very task: make the span current there.

@@ -95,8 +95,9 @@ class Queue(HandlerRegistry, TopicControls):
             durable=self._durable, hooks=self.hooks,
         )  # fmt: skip
         self.consumer = Consumer(
-            self.redis, scripts, queue=self.name, keys=self.keys, options=self.topic_options
-        )
+            self.redis, scripts, queue=self.name, keys=self.keys, options=self.topic_options,
+            hooks=self.hooks,
+        )  # fmt: skip
         """Lease, ack, nack and extend tasks without a handler (:class:`~delayq.consumer.Consumer`)."""
 
     @classmethod

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from delayq import Backoff, InvalidHeadersError, Queue, Retry, Sending, Task, TaskEvent
+from delayq import (
+    Backoff,
+    InvalidHeadersError,
+    LeaseLostError,
+    Queue,
+    Retry,
+    Sending,
+    Task,
+    TaskEvent,
+)
 from delayq.headers import MAX_HEADERS, MAX_HEADERS_BYTES
 from delayq.worker.report import tell_reclaimed
 from tests.fixtures_delayq import StartWorker
@@ -238,3 +247,36 @@ async def test_a_failing_listener_is_logged_and_ignored(
     queue.hooks.remove_listener(broken)
     queue.hooks.remove_listener(broken)  # not registered any more: no error
     assert queue.hooks.listeners == []
+
+
+async def test_the_lease_token_api_tells_the_listeners(queue: Queue) -> None:
+    """``queue.consumer`` (what the HTTP API serves) reports its leases and their acks and
+    nacks as a worker reports its deliveries, so metrics and traces cover HTTP consumers."""
+    for name in ("ok", "again", "dead", "late"):
+        await queue.send("http", {"n": name}, task_id=name)
+    events = Events()
+    queue.hooks.add_listener(events)
+    leased = {t.id: t for t in await queue.consumer.lease("http", limit=4)}
+    assert sorted(leased) == ["again", "dead", "late", "ok"]
+    delivered = [e for e in events.items if e.kind == "delivered"]
+    assert sorted(e.task_id for e in delivered) == ["again", "dead", "late", "ok"]
+    assert all(e.consumer and e.attempt == 1 and e.lateness is not None for e in delivered)
+    assert all(e.lateness is not None and e.lateness >= 0 for e in delivered)
+    await queue.consumer.ack(leased["ok"].lease_token)
+    await queue.consumer.nack(leased["again"].lease_token, delay=60, error="busy")
+    await queue.consumer.nack(leased["dead"].lease_token, dead=True, error="bad")
+    await expire_lease(queue.redis, queue.keys("http"), "late")
+    with pytest.raises(LeaseLostError):
+        await queue.consumer.ack(leased["ok"].lease_token)  # acked already
+    outcomes = [(e.task_id, e.kind, e.error) for e in events.items if e.kind != "delivered"]
+    assert outcomes == [
+        ("ok", "acked", None), ("again", "retried", "busy"), ("dead", "dead", "bad"),
+        ("ok", "lease_lost", None),
+    ]  # fmt: skip
+    assert all(e.consumer for e in events.items)
+    # The next lease reclaims the expired one: told as a worker's reserve tells it.
+    (again,) = await queue.consumer.lease("http")
+    assert again.id == "late" and again.attempt == 2
+    assert [(e.task_id, e.kind) for e in events.items[-2:]] == [
+        ("late", "expired"), ("late", "delivered"),
+    ]  # fmt: skip

@@ -131,3 +131,24 @@ def test_remote_parent_reads_traceparent_as_the_w3c_propagator_does() -> None:
             assert (parent, sender) == (None, None), headers
     parent, _ = remote_parent({"traceparent": valid, "baggage": "user=7"})
     assert parent is not None and get_baggage("user", parent) == "7"
+
+
+async def test_a_task_leased_over_the_lease_token_api_is_traced(queue: Queue) -> None:
+    """``queue.consumer`` (the HTTP API's consumer) gets a consumer span from the lease to
+    the ack, in the sender's trace, and never makes it current in the leasing task."""
+    from opentelemetry import trace
+
+    provider, exporter = tracing()
+    instrumentation = instrument(queue, tracer_provider=provider)
+    task_id = await queue.send("http", {"n": 1})
+    (leased,) = await queue.consumer.lease("http")
+    assert not trace.get_current_span().get_span_context().is_valid
+    await queue.consumer.ack(leased.lease_token)
+    instrumentation.uninstrument()
+    send, process = sorted(exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
+    assert (send.kind, process.kind) == (SpanKind.PRODUCER, SpanKind.CONSUMER)
+    assert process.parent is not None and send.context is not None
+    assert process.parent.span_id == send.context.span_id
+    assert process.attributes is not None
+    assert process.attributes["messaging.message.id"] == task_id
+    assert process.attributes["delayq.outcome"] == "acked"
