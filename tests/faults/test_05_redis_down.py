@@ -110,6 +110,7 @@ async def test_05_send_to_a_frozen_redis_fails_fast(
     assert (await queue.stats())[WORK_TOPIC].ready == 2  # "warm" and one "frozen"
 
 
+@pytest.mark.no_recount("Redis is killed for good, without persistence")
 async def test_05_sigterm_while_redis_is_down(
     make_redis_server, spawn_worker, make_queue, log_dir
 ) -> None:

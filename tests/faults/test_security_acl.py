@@ -138,6 +138,7 @@ async def test_acl_user_runs_everything_and_needs_every_command(
     assert set(ACL_COMMANDS) <= used, f"allowed but never used: {set(ACL_COMMANDS) - used}"
 
 
+@pytest.mark.no_recount("every write is refused: nothing is stored")
 async def test_acl_user_cannot_touch_another_queue(make_redis_server, queue_name) -> None:
     server = make_redis_server()
     with server.client() as admin:
@@ -150,6 +151,7 @@ async def test_acl_user_cannot_touch_another_queue(make_redis_server, queue_name
         await queue.close()
 
 
+@pytest.mark.no_recount("the connection is refused: nothing is stored")
 @pytest.mark.parametrize(
     "credentials, message",
     [("app:wrong@", "invalid username-password"), ("", "authenticated")],
@@ -166,6 +168,7 @@ async def test_wrong_password_is_a_clear_auth_error(
         await queue.close()
 
 
+@pytest.mark.no_recount("the connection is refused: nothing is stored")
 async def test_worker_with_wrong_password_exits_with_the_reason(
     make_redis_server, queue_name, log_dir
 ) -> None:

@@ -85,6 +85,7 @@ async def test_tls_end_to_end(tls_server, spawn_worker, make_queue, log_dir, rec
     assert set(plain) <= {"client|list", "pubsub|numsub"}, plain
 
 
+@pytest.mark.no_recount("the connection is refused: nothing is stored")
 async def test_tls_untrusted_certificate_is_refused(tls_server, make_queue) -> None:
     _, port, _ = tls_server
     queue = make_queue(f"rediss://127.0.0.1:{port}/0")  # the system CAs do not know it
