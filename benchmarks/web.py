@@ -8,7 +8,9 @@
 2. **reserve -> ack**: ``--drain`` ready tasks, one HTTP consumer with ``--connections``
    connections, each looping ``POST .../reserve {"max": --batch}`` then one
    ``POST /api/leases/{token}/ack`` per task: tasks acked per second.
-3. with ``--million``: what the dashboard's topic page asks of a topic of 1,000,000
+3. with ``--floor``: the same one-by-one sends to a server that answers 201 and does
+   nothing else (``benchmarks/web_floor.py``): what HTTP alone costs per request here.
+4. with ``--million``: what the dashboard's topic page asks of a topic of 1,000,000
    delayed tasks (the topic row, a 60-window timeline, 20 upcoming tasks, 20 dead
    letters), as request latency through the API.
 
@@ -17,7 +19,7 @@ Everything runs on this machine: a private ``redis-server``, one ``delayq web`` 
 asyncio streams, so that the client's own cost stays far below the server's).  Rounds
 alternate which side goes first; medians are reported.
 
-    .venv/bin/python -m benchmarks.web --rounds 5 [--million]
+    .venv/bin/python -m benchmarks.web --rounds 5 [--floor] [--million]
 """
 
 from __future__ import annotations
@@ -164,9 +166,13 @@ async def topic_page(port: int, queue: Queue, size: int, samples: int) -> dict[s
     return result
 
 
-async def measure(args: argparse.Namespace, url: str, port: int, name: str) -> dict[str, Any]:
+async def measure(
+    args: argparse.Namespace, url: str, port: int, name: str, floor: int | None
+) -> dict[str, Any]:
     queue = Queue.from_url(url, name=name)
     rates: dict[str, list[float]] = {"python": [], "http_1": [], "http_many": [], "drain": []}
+    if floor:
+        rates["floor_1"] = []
     try:
         await queue.send("warm", {})  # connect, load the scripts
         await http_sends(port, "warm", 200, 4)
@@ -181,6 +187,8 @@ async def measure(args: argparse.Namespace, url: str, port: int, name: str) -> d
                     rates["http_many"].append(
                         await http_sends(port, f"hn-{tag}", args.n, args.connections)
                     )
+                    if floor:
+                        rates["floor_1"].append(await http_sends(floor, "t", args.n, 1))
             await queue.send_many(f"d-{tag}", [{"i": i} for i in range(args.drain)])
             rates["drain"].append(
                 await http_drain(port, f"d-{tag}", args.drain, args.connections, args.batch)
@@ -193,6 +201,13 @@ async def measure(args: argparse.Namespace, url: str, port: int, name: str) -> d
         ratios = [(one / py, many / py) for py, one, many in per_round]
         result["ratio_http_1"] = round(statistics.median(r[0] for r in ratios), 3)
         result["ratio_http_many"] = round(statistics.median(r[1] for r in ratios), 3)
+        if floor:
+            result["ratio_floor_1"] = round(
+                statistics.median(
+                    f / py for f, py in zip(rates["floor_1"], rates["python"], strict=True)
+                ),
+                3,
+            )
         if args.million:
             result |= await topic_page(port, queue, 1_000_000, 50)
         return result
@@ -208,6 +223,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10, help="max tasks per reserve")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--million", action="store_true", help="also the 1M-task topic page")
+    parser.add_argument("--floor", action="store_true", help="also a do-nothing HTTP server")
     parser.add_argument("--pretty", action="store_true")
     args = parser.parse_args()
     port = free_port()
@@ -221,12 +237,24 @@ def main() -> None:
              "--no-access-log"],
             cwd=ROOT,
         )  # fmt: skip
+        floor_port = free_port() if args.floor else None
+        floor = (
+            subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.web_floor", str(floor_port)], cwd=ROOT
+            )
+            if floor_port
+            else None
+        )
         try:
             _wait_for(port)
-            result = asyncio.run(measure(args, redis_server.url, port, name))
+            if floor_port:
+                _wait_for(floor_port)
+            result = asyncio.run(measure(args, redis_server.url, port, name, floor_port))
         finally:
-            server.terminate()
-            server.wait(20)
+            for process in (server, floor):
+                if process is not None:
+                    process.terminate()
+                    process.wait(20)
     result |= {
         "n": args.n, "drain": args.drain, "connections": args.connections, "batch": args.batch,
         "rounds": args.rounds, "delayq": delayq.__version__,

@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("delayq.web")
 MISSING = [{"loc": ("body",), "msg": "Field required", "type": "missing"}]
-JSON_TYPE = [(b"content-type", b"application/json")]
+JSON = (b"content-type", b"application/json")
+_NO_CONTENT: dict[str, Any] = {"type": "http.response.start", "status": 204}
+"""The start of every 204 (uvicorn reads the messages it is sent, never changes them)."""
 _SCOPES: dict[str, TokenScope] = {
     "send": "produce", "reserve": "consume", "ack": "consume", "nack": "consume",
     "extend": "consume",
@@ -91,10 +93,13 @@ class FastLane:
                 response = errors.response_for(errors.ApiProblem(500, "internal", "internal error"))
             await response(scope, receive, send)
             return
-        start: dict[str, Any] = {"type": "http.response.start", "status": status}
         if body:
-            start["headers"] = [*JSON_TYPE, (b"content-length", b"%d" % len(body))]
-        await send(start)
+            length = (b"content-length", b"%d" % len(body))
+            await send({"type": "http.response.start", "status": status, "headers": [JSON, length]})
+        else:
+            await send(
+                _NO_CONTENT if status == 204 else {"type": "http.response.start", "status": status}
+            )
         await send({"type": "http.response.body", "body": body})
 
     async def _reply(
@@ -128,7 +133,8 @@ class FastLane:
             reply = await api.nack(segment, _parse(NackRequest, raw, False, content_type))
         else:
             reply = await api.extend(segment, _parse(ExtendRequest, raw, True, content_type))
-        return (201 if kind == "send" else 200), reply.model_dump_json().encode()
+        # Straight to JSON bytes (model_dump_json() makes a str, then encode() copies it).
+        return (201 if kind == "send" else 200), reply.__pydantic_serializer__.to_json(reply)
 
 
 def _bearer(header: bytes | None) -> str | None:

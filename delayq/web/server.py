@@ -6,13 +6,14 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import uvicorn
 
 from delayq.web.app import create_app
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Iterator
 
     from delayq.queue import Queue
@@ -45,6 +46,67 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+class CorkedTransport:
+    """A transport whose writes made in one step of the event loop leave as one.
+
+    uvicorn writes a response's head and its body separately: two system calls, and two
+    TCP segments the client wakes for, per request of the API's hot path.  Held until the
+    end of the loop step (``call_soon``) and joined, they are one.  Everything but
+    writing is the wrapped transport's.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        for data in lines:
+            self.write(data)
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def http_protocol() -> type[asyncio.Protocol] | str:
+    """uvicorn's httptools protocol on a :class:`CorkedTransport` (its default, "auto",
+    without httptools)."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # pragma: no cover (the web extra installs httptools)
+        return "auto"
+
+    class Corked(HttpToolsProtocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            corked = CorkedTransport(cast("asyncio.Transport", transport), self.loop)
+            super().connection_made(cast("asyncio.Transport", corked))
+
+    return Corked
+
+
 async def serve(
     queue: Queue,
     tokens: Tokens,
@@ -61,7 +123,7 @@ async def serve(
         )
     config = uvicorn.Config(
         create_app(queue, tokens), host=host, port=port, access_log=access_log,
-        log_config=None, lifespan="off", server_header=False,
+        log_config=None, lifespan="off", server_header=False, http=http_protocol(),
         timeout_graceful_shutdown=GRACEFUL_STOP,
     )  # fmt: skip
     await _Server(config).serve()
