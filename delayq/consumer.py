@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from delayq.duration import Duration, to_millis, to_seconds
 from delayq.errors import InvalidDurationError, InvalidInputError, LeaseLostError
@@ -118,6 +118,8 @@ class LeasedTask(BaseModel):
     """When the lease ends unless extended (Redis's clock): the task is then leased again."""
     body: Any
     """The JSON body, decoded."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """The headers sent with the task (empty for none)."""
 
 
 class NackResult(BaseModel):
@@ -344,6 +346,7 @@ def leased(
         max_attempts=envelope.max_attempts or max_attempts, due_at=from_millis(envelope.due_ms),
         enqueued_at=from_millis(envelope.enqueued_ms),
         lease_deadline=from_millis(now_ms + (envelope.ttr_ms or ttr_ms)), body=body,
+        headers=dict(envelope.headers),
     )  # fmt: skip
 
 

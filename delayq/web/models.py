@@ -80,7 +80,8 @@ class HistoryPage(BaseModel):
     limit: int
     records: list[HistoryRecord]
     next_before: int | None
-    """Pass as ``before`` for the next (older) page; None when this page is the last."""
+    """Pass as ``before`` for the next (older) page; None when this page holds fewer than
+    ``limit`` records (after a full last page, the next is empty)."""
 
 
 class ActivityPoint(ActivityWindow):

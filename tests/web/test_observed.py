@@ -68,6 +68,7 @@ async def test_a_finished_task_shows_its_history_record(
     body = {"body": {"n": 1}, "task_id": "done", "headers": {"k": "v"}}
     assert (await client.post("/api/topics/h/tasks", json=body, headers=P)).status_code == 201
     leased = (await client.post("/api/topics/h/reserve", json={}, headers=C)).json()["tasks"]
+    assert leased[0]["headers"] == {"k": "v"}  # a consumer in any language gets them
     running = (await client.get("/api/topics/h/tasks/done", headers=R)).json()
     assert running["state"] == "reserved"
     token = leased[0]["lease_token"]
