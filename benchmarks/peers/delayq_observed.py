@@ -4,6 +4,12 @@ exporter that drops what it is given) and history on every topic (``history=10_0
 
 Compared with the plain ``delayq`` adapter in the same run (``--only delayq,delayq_observed``),
 it prices the observability features: the issue's target is a drain at >= 0.85x plain.
+
+``DELAYQ_OBSERVED_PARTS`` picks the features (all three by default) and
+``DELAYQ_OBSERVED_SAMPLE`` (a ratio, e.g. ``0.1``) makes the tracer provider sample with
+``ParentBased(TraceIdRatioBased(ratio))`` instead of recording every span: a sender's root
+span decides for its trace, and each task of a ``send_many`` batch shares its batch's
+decision (the fill sends batches of 1,000, so a drain of 20,000 tasks holds 20 decisions).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from prometheus_client import CollectorRegistry
 
 from benchmarks.common import TASK_NAMES, run_cli, run_until
@@ -39,6 +46,8 @@ class DropSpans(SpanExporter):
 PARTS = frozenset(os.environ.get("DELAYQ_OBSERVED_PARTS", "metrics,otel,history").split(","))
 """Which features to switch on (all by default): to price each alone, e.g.
 ``DELAYQ_OBSERVED_PARTS=otel scripts/bench --only delayq,delayq_observed ...``."""
+SAMPLE = float(os.environ.get("DELAYQ_OBSERVED_SAMPLE", "1"))
+"""The share of traces recorded: 1 (the default) records every span."""
 
 
 def build(redis_url: str) -> tuple[Queue, TracerProvider]:
@@ -46,7 +55,8 @@ def build(redis_url: str) -> tuple[Queue, TracerProvider]:
     queue = Queue.from_url(redis_url, name=QUEUE_NAME)
     for name in TASK_NAMES:
         queue.topic(name, history=HISTORY if "history" in PARTS else 0)(noop)
-    provider = TracerProvider()
+    sampler = ParentBased(TraceIdRatioBased(SAMPLE)) if SAMPLE < 1 else None
+    provider = TracerProvider(sampler=sampler) if sampler else TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(DropSpans()))
     if "otel" in PARTS:
         instrument(queue, tracer_provider=provider)
@@ -62,6 +72,8 @@ class DelayqObservedPeer(DelayqPeer):
         return {
             **super().settings(),
             "observability": "metrics + otel (SDK, batch, dropped) + history=10000",
+            "parts": ",".join(sorted(PARTS)),
+            "trace_sample": SAMPLE,
         }
 
     async def open(self, redis_url: str) -> None:
