@@ -1,7 +1,8 @@
 """The ``delayq`` command: run a worker, and inspect or manage a queue.
 
 delayq worker myapp.tasks:queue --concurrency 50 [--topics a,b] [--grace 10] [--metrics-port 9100]
-delayq stats  myapp.tasks:queue          (or --url/--name without importing the app)
+delayq stats  myapp.tasks:queue          (or --url/--name without importing the app; add
+              --cluster for a Redis Cluster node's URL, or --sentinel H:P,... --service NAME)
 delayq get    myapp.tasks:queue order.close order-7
 delayq cancel myapp.tasks:queue order.close order-7
 delayq dead   myapp.tasks:queue order.close [--replay ID] [--limit 100]
@@ -61,10 +62,25 @@ def load_queue(spec: str) -> Queue:
 def _open(args: argparse.Namespace) -> Queue:
     if args.app:
         return load_queue(args.app)
+    if args.sentinel:
+        if not args.service:
+            raise AppImportError("--sentinel needs --service NAME (the monitored primary)")
+        return Queue.from_sentinel(_addresses(args.sentinel), service=args.service, name=args.name)
     url = args.url or os.environ.get("REDIS_URL")
     if not url:
         raise AppImportError("give an app (module:attribute) or --url / $REDIS_URL")
-    return Queue.from_url(url, name=args.name)
+    return Queue.from_url(url, name=args.name, cluster=args.cluster)
+
+
+def _addresses(text: str) -> list[tuple[str, int]]:
+    """``host:port,host:port`` -> [(host, port), ...]."""
+    found = []
+    for part in text.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise AppImportError(f"--sentinel takes host:port,... (got {part!r})")
+        found.append((host, int(port)))
+    return found
 
 
 def _info_json(info: TaskInfo) -> str:
@@ -237,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
         if not app_required:
             sub.add_argument("--url", help="Redis URL (default $REDIS_URL) when no app is given")
             sub.add_argument("--name", default="default", help="queue name when no app is given")
+            sub.add_argument("--cluster", action="store_true", help="--url is a Redis Cluster node")
+            sub.add_argument("--sentinel", metavar="HOST:PORT,...", help="Sentinels to ask")
+            sub.add_argument("--service", help="with --sentinel: the monitored primary's name")
         sub.set_defaults(handler=handler)
         return sub
 

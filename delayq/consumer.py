@@ -325,10 +325,11 @@ class Consumer:
         if hub is None or task is None or task.done() or task.get_loop() is not loop:
             hub = self._hub = WakeupHub(self._redis, wake_pattern(self._queue))
             task = self._hub_task = loop.create_task(hub.run(), name="delayq-wakeup-hub")
+        signal = hub.signal(channel)  # first: on a cluster it subscribes to the channel
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(within):
                 await hub.subscribed.wait()
-        return hub.signal(channel)
+        return signal
 
 
 def leased(

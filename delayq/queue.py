@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from delayq.codec import DEFAULT_MAX_BODY_BYTES
 from delayq.consumer import Consumer
@@ -14,8 +14,9 @@ from delayq.errors import InvalidInputError
 from delayq.events import Hooks
 from delayq.history import History
 from delayq.producer import Producer
-from delayq.redis.connection import open_clients
-from delayq.redis.durability import Durability, DurableSender
+from delayq.redis.clients import close_client, open_sentinel, open_url
+from delayq.redis.cluster import is_cluster
+from delayq.redis.durability import ClusterDurableSender, Durability, durable_sender
 from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
 from delayq.redis.scripts import Scripts
 from delayq.redis.translate import redis_errors
@@ -31,9 +32,10 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from pydantic import TypeAdapter
-    from redis.asyncio import Redis
+    from redis.asyncio import Redis, RedisCluster
 
     from delayq.hooks import Lifespan, Middleware
+    from delayq.redis.lane import ScriptLane
     from delayq.topic import OnConflict
 
 log = logging.getLogger("delayq")
@@ -55,7 +57,7 @@ class Queue(HandlerRegistry, TopicControls):
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Redis | RedisCluster,
         *,
         name: str = "default",
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -71,21 +73,23 @@ class Queue(HandlerRegistry, TopicControls):
             raise InvalidInputError(
                 f"max_body_bytes must be a positive int, got {max_body_bytes!r}"
             )
-        self.redis = redis
+        # A RedisCluster speaks the same commands; delayq's parts type it as Redis.
+        self.redis: Redis = cast("Redis", redis)
         self.max_body_bytes = max_body_bytes
         self.past_tolerance_ms = to_millis(past_tolerance, name="past_tolerance")
         if durability is not None and not isinstance(durability, Durability):
             raise InvalidInputError(f"durability must be a Durability, got {durability!r}")
         self.durability = durability
-        self._durable = DurableSender(redis, durability) if durability else None
+        self._cluster = is_cluster(redis)
+        self._durable = durable_sender(redis, durability) if durability else None
         self.topics: dict[str, Topic[Any]] = {}
         self.middlewares: list[Middleware] = []
         self.lifespan_factory: Lifespan | None = None
         self.hooks = Hooks()  # send hooks and event listeners for extensions (docs/api.md)
-        self.history = History(redis, self.keys)  # finished tasks and activity of a topic
+        self.history = History(self.redis, self.keys)  # finished tasks and activity of a topic
         self._keys: dict[str, TopicKeys] = {}
         self._owns_client = False
-        self._use_scripts(Scripts(redis))
+        self._use_scripts(Scripts(self.redis))
 
     def _use_scripts(self, scripts: Scripts) -> None:
         self.scripts = scripts
@@ -101,7 +105,9 @@ class Queue(HandlerRegistry, TopicControls):
         """Lease, ack, nack and extend tasks without a handler (:class:`~delayq.consumer.Consumer`)."""
 
     @classmethod
-    def from_url(cls, url: str, *, name: str = "default", **options: Any) -> Queue:
+    def from_url(
+        cls, url: str, *, name: str = "default", cluster: bool = False, **options: Any
+    ) -> Queue:
         """Open a queue on ``url`` (``redis://``, ``rediss://`` for TLS, ``unix://``).
 
         Credentials in the URL (``redis://user:password@host``) use Redis AUTH/ACL. Options
@@ -115,26 +121,60 @@ class Queue(HandlerRegistry, TopicControls):
         waiting up to ``timeout`` (10 s) for a free one.  One more
         connection, opened with the same settings and retried under the same policy,
         carries the script calls (:mod:`delayq.redis.lane`); durable sends use the pool.
+
+        ``cluster=True``: ``url`` is any node of a Redis Cluster (docs/cluster.md); the
+        queue uses ``redis.asyncio.RedisCluster`` (no script lane) and retries scripts that a
+        reconfiguring cluster refuses (TRYAGAIN, CLUSTERDOWN, a failover) for up to 10 s.
         """
-        queue_options = {
-            k: options.pop(k)
-            for k in ("max_body_bytes", "past_tolerance", "durability")
-            if k in options
-        }
-        durability = queue_options.get("durability")
-        wait = durability.timeout_ms / 1000 if isinstance(durability, Durability) else 0.0
-        client, lane = open_clients(url, durable_wait=wait, **options)
-        queue = cls(client, name=name, **queue_options)
-        queue._use_scripts(Scripts(client, lane=lane))
+        client, lane, own = open_url(url, cluster=cluster, options=options)
+        return cls._owning(client, name, own, lane)
+
+    @classmethod
+    def from_sentinel(
+        cls,
+        sentinels: Sequence[tuple[str, int]],
+        *,
+        service: str,
+        name: str = "default",
+        sentinel_options: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Queue:
+        """Open a queue on the primary that Redis Sentinel names ``service``, following it
+        through failovers (``redis.asyncio.sentinel``; no script lane).
+
+        Args:
+            sentinels: (host, port) of the Sentinels.
+            service: the monitored primary's name.
+            sentinel_options: connection options for the Sentinels themselves (their own
+                ``password``, ``username``, ``ssl``...).
+            options: ``Queue`` options, and connection options for the primary and
+                replicas (``password``, ``username``, ``ssl``, ``socket_timeout``...).
+        """
+        client, own = open_sentinel(sentinels, service, dict(sentinel_options or {}), options)
+        return cls._owning(client, name, own)
+
+    @classmethod
+    def _owning(
+        cls,
+        client: Redis | RedisCluster,
+        name: str,
+        options: dict[str, Any],
+        lane: ScriptLane | None = None,
+    ) -> Queue:
+        queue = cls(client, name=name, **options)
+        if lane is not None:
+            queue._use_scripts(Scripts(queue.redis, lane=lane))
         queue._owns_client = True
         return queue
 
     async def close(self) -> None:
         """Close the Redis connections this queue opened (not a client passed in)."""
         await self.consumer.aclose()
+        if isinstance(self._durable, ClusterDurableSender):
+            await self._durable.aclose()
         if self._owns_client:
             await self.scripts.aclose()
-            await self.redis.aclose()
+            await close_client(self.redis)
 
     async def __aenter__(self) -> Self:
         return self
@@ -153,7 +193,9 @@ class Queue(HandlerRegistry, TopicControls):
         """The Redis key names of ``topic`` (validated)."""
         keys = self._keys.get(topic)
         if keys is None:
-            keys = self._keys[topic] = TopicKeys.build(self.name, check_topic(topic))
+            keys = self._keys[topic] = TopicKeys.build(
+                self.name, check_topic(topic), sharded_wake=self._cluster
+            )
         return keys
 
     def topic_options(self, topic: str) -> TopicOptions:
@@ -214,17 +256,9 @@ class Queue(HandlerRegistry, TopicControls):
         """
         value_ms = to_millis(delay, name="delay")
         return await self._producer.send(
-            topic,
-            body,
-            False,
-            value_ms,
-            task_id,
-            ttr,
-            max_attempts,
-            on_conflict,
-            priority,
+            topic, body, False, value_ms, task_id, ttr, max_attempts, on_conflict, priority,
             headers,
-        )
+        )  # fmt: skip
 
     async def send_many(
         self,
@@ -292,17 +326,9 @@ class Queue(HandlerRegistry, TopicControls):
         """
         value_ms = to_epoch_millis(at)
         return await self._producer.send(
-            topic,
-            body,
-            True,
-            value_ms,
-            task_id,
-            ttr,
-            max_attempts,
-            on_conflict,
-            priority,
+            topic, body, True, value_ms, task_id, ttr, max_attempts, on_conflict, priority,
             headers,
-        )
+        )  # fmt: skip
 
     def _adapter(self, topic: str) -> TypeAdapter[Any] | None:
         """The body validator of ``topic`` when this process has its handler registered."""

@@ -73,3 +73,21 @@ def make_redis_server() -> Iterator[Callable[..., RedisServer]]:
     yield make
     for server in servers:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Any]:
+    """One private Redis Cluster (3 masters + 3 replicas) for the session: starting one
+    costs seconds.  Tests use unique queue names; keys are flushed after each test by
+    ``cluster``."""
+    from tests.redis_cluster import RedisCluster
+
+    with RedisCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster(redis_cluster: Any) -> Iterator[Any]:
+    """The session's cluster, its keys deleted after the test."""
+    yield redis_cluster
+    redis_cluster.flush()

@@ -81,7 +81,10 @@ class RedisServer:
         extra_args: list[str] | None = None,
         executable: str = "redis-server",
         start_timeout: float = 5.0,
+        config_file: str | None = None,
     ) -> None:
+        self.config_file = config_file
+        """A config file read before the command line (a Sentinel needs one it can rewrite)."""
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.password = password
@@ -112,6 +115,7 @@ class RedisServer:
             raise RedisServerError(f"redis-server already running on port {self.port}")
         argv = [
             self.executable,
+            *([self.config_file] if self.config_file else []),
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", str(self.dir),

@@ -25,6 +25,7 @@ import hiredis
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -32,7 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from delayq.redis.lane import ScriptLane, lane_supported
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from redis.typing import EncodableT
 
@@ -161,3 +162,26 @@ def open_clients(
     pool = connection_pool(url, **options)
     lane = ScriptLane(pool, silence) if lane_supported(pool) else None
     return Redis.from_pool(pool), lane
+
+
+def sentinel_client(
+    sentinels: Sequence[tuple[str, int]],
+    service: str,
+    sentinel_options: dict[str, Any],
+    **options: Any,
+) -> Redis:
+    """A client for the primary that the ``sentinels`` name ``service``
+    (``redis.asyncio.sentinel``): on a failover its connections find the new primary.
+
+    ``options`` (credentials, TLS, timeouts) are for the primary; ``sentinel_options``
+    for the Sentinels.  Unset timeouts get :data:`SILENCE_TIMEOUT`, and a call that lost
+    its connection is retried once on a fresh one, as for ``open_clients``."""
+    options.setdefault("retry", Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)))
+    options.setdefault("socket_timeout", SILENCE_TIMEOUT)
+    options.setdefault("socket_connect_timeout", SILENCE_TIMEOUT)
+    options.setdefault("socket_keepalive", True)
+    sentinel_options.setdefault("socket_timeout", SILENCE_TIMEOUT)
+    sentinel_options.setdefault("socket_connect_timeout", SILENCE_TIMEOUT)
+    sentinel = Sentinel(list(sentinels), sentinel_kwargs=sentinel_options, **options)  # type: ignore[no-untyped-call]
+    client: Redis = sentinel.master_for(service, redis_class=Redis)
+    return client

@@ -20,18 +20,19 @@ Redis propagates) and a second wait follow.  It costs a round trip only for dupl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis import exceptions as rexc
 
 from delayq.duration import Duration, to_millis
 from delayq.errors import InvalidDurationError, InvalidInputError, NotDurableError
 from delayq.redis.checks import parse_version
+from delayq.redis.cluster import NodeClients, is_cluster
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from redis.asyncio import Redis
+    from redis.asyncio import Redis, RedisCluster
     from redis.commands.core import AsyncScript
 
 MAX_REPLICAS = 100
@@ -202,3 +203,45 @@ class DurableSender:
         pipe.execute_command(*wait.args)
         _, waited = await pipe.execute()
         return wait.confirmed(waited)
+
+
+class ClusterDurableSender(DurableSender):
+    """Durable sends on a Redis Cluster: the script and the wait run on a plain connection
+    to the master that owns the task's slot (``WAIT`` counts that master's replicas), one
+    :class:`DurableSender` per master.  After a reshard or a failover the script meets
+    MOVED there; the caller's cluster retry refreshes the slot map and sends again."""
+
+    def __init__(self, cluster: RedisCluster, durability: Durability) -> None:
+        self._nodes = NodeClients(cluster)
+        self._senders: dict[int, DurableSender] = {}
+        self.durability = durability
+        self._wait = None
+
+    async def run(
+        self,
+        script: AsyncScript,
+        keys: Sequence[str],
+        args: Sequence[str | int | bytes],
+        *,
+        ids: Sequence[str],
+        touch_key: str,
+        statuses: Callable[[Any], list[int]],
+    ) -> Any:
+        await self._nodes.cluster.initialize()  # a no-op once the slot map is read
+        client = self._nodes.for_key(keys[0])
+        sender = self._senders.get(id(client))
+        if sender is None:
+            sender = self._senders[id(client)] = DurableSender(client, self.durability)
+        return await sender.run(script, keys, args, ids=ids, touch_key=touch_key, statuses=statuses)
+
+    async def aclose(self) -> None:
+        """Close the per-master connections."""
+        self._senders.clear()
+        await self._nodes.aclose()
+
+
+def durable_sender(client: Redis | RedisCluster, durability: Durability) -> DurableSender:
+    """The durable sender for ``client``: per master on a cluster."""
+    if is_cluster(client):
+        return ClusterDurableSender(client, durability)
+    return DurableSender(cast("Redis", client), durability)

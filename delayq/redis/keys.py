@@ -24,7 +24,9 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:history    STREAM finished tasks, when the topic keeps history
     delayq:{shop:order.close}:rollup     HASH  an hour of activity in 10 s windows (history)
     delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
-    delayq:{shop:*}:wake                 the pattern of every topic's wake channel (long polls)
+    delayq:{shop:*}:wake                 the pattern of every topic's wake channel (long polls;
+                                               on a Redis Cluster the wake channels are sharded
+                                               channels, subscribed one by one, see wakeup.py)
     delayq:{shop:order.close}:periodic   HASH  a periodic topic's chain: fp (its schedule's
                                                fingerprint), last (latest tick scheduled, ms),
                                                id (that tick's task id)
@@ -122,10 +124,14 @@ class TopicKeys:
     """Finished tasks of a topic that keeps history (``_history.lua``)."""
     rollup: str
     """Its activity per 10 s window for the last hour (``rollup.lua``)."""
+    wake_publish: str
+    """What the scripts are given as the wake channel: :attr:`wake`, or on a Redis Cluster
+    ``!`` + :attr:`wake`, which they publish with ``SPUBLISH`` (sharded pub/sub)."""
 
     @classmethod
-    def build(cls, queue: str, topic: str) -> TopicKeys:
-        """Return the names for ``topic`` in ``queue`` (both assumed already validated)."""
+    def build(cls, queue: str, topic: str, *, sharded_wake: bool = False) -> TopicKeys:
+        """Return the names for ``topic`` in ``queue`` (both assumed already validated);
+        ``sharded_wake``: the scripts publish wake-ups with ``SPUBLISH`` (Redis Cluster)."""
         base = f"{PREFIX}:{{{queue}:{topic}}}:"
         return cls(
             topic=topic,
@@ -146,6 +152,7 @@ class TopicKeys:
             periodic=base + "periodic",
             history=base + "history",
             rollup=base + "rollup",
+            wake_publish=("!" if sharded_wake else "") + base + "wake",
         )
 
     def bucket(self, task_id: str, count: int = 0) -> str:

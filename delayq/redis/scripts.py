@@ -12,11 +12,12 @@ from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
 
+from delayq.redis.cluster import is_cluster, retrying
 from delayq.redis.replies import Counts, Found, Reservation
 from delayq.redis.translate import TRANSLATED, translate
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from redis.asyncio import Redis
     from redis.commands.core import AsyncScript
@@ -95,6 +96,7 @@ class Scripts:
     def __init__(self, client: Redis, lane: ScriptLane | None = None) -> None:
         self._client = client
         self._lane = lane
+        self._cluster = client if is_cluster(client) else None
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters", "upcoming", "timeline",
                  "control", "tick", "tick_state", "rollup")  # fmt: skip
@@ -116,7 +118,17 @@ class Scripts:
                 return await self._lane.evalsha(script.sha, script.script, keys, args)
             return await script(keys=keys, args=args)
         except TRANSLATED as exc:
-            raise translate(exc) from exc
+            if self._cluster is None:
+                raise translate(exc) from exc
+            return await self._retry(lambda: script(keys=keys, args=args), exc)
+
+    async def _retry(self, call: Callable[[], Awaitable[Any]], exc: Exception) -> Any:
+        """On a cluster: repeat ``call`` while slots move or a master is replaced."""
+        assert self._cluster is not None
+        try:
+            return await retrying(self._cluster, call, exc)
+        except TRANSLATED as again:
+            raise translate(again) from again
 
     async def _write(
         self,
@@ -138,7 +150,15 @@ class Scripts:
                 statuses=lambda reply: [_written(_int(v)) for v in reply[: len(ids)]],
             )  # fmt: skip
         except TRANSLATED as exc:
-            raise translate(exc) from exc
+            if self._cluster is None:
+                raise translate(exc) from exc
+            return await self._retry(
+                lambda: durable.run(
+                    self._scripts[name], keys, args, ids=ids, touch_key=touch_key,
+                    statuses=lambda reply: [_written(_int(v)) for v in reply[: len(ids)]],
+                ),
+                exc,
+            )  # fmt: skip
 
     async def send(
         self,
@@ -159,7 +179,7 @@ class Scripts:
         2 replaced (``replace``), 3 not replaced: reserved, -1 too far past."""
         args: tuple[str | int | bytes, ...] = (
             task_id, "a" if absolute else "d", value_ms, max_attempts, ttr_ms, body,
-            tolerance_ms, keys.wake,
+            tolerance_ms, keys.wake_publish,
         )  # fmt: skip
         if replace or priority:  # a plain send carries neither (see send.lua)
             args += ("replace" if replace else "keep", priority)
@@ -190,7 +210,7 @@ class Scripts:
         reply = await self._write(
             "send_many",
             waiting_keys(keys),
-            (tolerance_ms, keys.wake, "d", max_attempts, ttr_ms, priority, *fields),
+            (tolerance_ms, keys.wake_publish, "d", max_attempts, ttr_ms, priority, *fields),
             durable,
             ids=[str(v) for v in fields[::3]],  # ids are str (checked by the queue)
             touch_key=keys.seq,
@@ -255,7 +275,7 @@ class Scripts:
         applied: list[bool] = []
         # Chunks, because Lua's unpack() takes at most ~8,000 values.
         for start in range(0, len(leases), MAX_UNPACK):
-            args: list[str | int | bytes] = [keys.wake, history]
+            args: list[str | int | bytes] = [keys.wake_publish, history]
             args += (part for lease in leases[start : start + MAX_UNPACK] for part in lease)
             reply = await self._run("ack", ack_keys(keys), args)
             applied += (bool(_int(flag)) for flag in reply)
@@ -280,7 +300,17 @@ class Scripts:
         reply = await self._run(
             "nack",
             (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.controls),
-            (task_id, token, mode, delay_ms, error, max_attempts, keys.wake, history, times),
+            (
+                task_id,
+                token,
+                mode,
+                delay_ms,
+                error,
+                max_attempts,
+                keys.wake_publish,
+                history,
+                times,
+            ),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
 
@@ -304,14 +334,14 @@ class Scripts:
         reply = await self._run(
             "reschedule",
             (keys.prefix, keys.wheel),
-            (task_id, "a" if absolute else "d", value_ms, tolerance_ms, keys.wake),
+            (task_id, "a" if absolute else "d", value_ms, tolerance_ms, keys.wake_publish),
         )
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
 
     async def replay(self, keys: TopicKeys, task_id: str) -> bool:
         """Run replay.lua. Returns whether a dead task was moved back to the schedule."""
         keyset = waiting_keys(keys)
-        return bool(_int(await self._run("replay", keyset, (task_id, keys.wake))))
+        return bool(_int(await self._run("replay", keyset, (task_id, keys.wake_publish))))
 
     async def get(self, keys: TopicKeys, task_id: str) -> Found | None:
         """Run get.lua. Returns what it found, or None for an unknown id."""
@@ -347,7 +377,7 @@ class Scripts:
         """Run control.lua: set the topic's control ``fields`` ('' deletes one) and wake its
         workers when anything changed.  Returns how many fields changed."""
         args = [part for field, value in fields.items() for part in (field, value)]
-        return _int(await self._run("control", (keys.controls,), (keys.wake, *args)))
+        return _int(await self._run("control", (keys.controls,), (keys.wake_publish, *args)))
 
     async def dead_letters(
         self, keys: TopicKeys, *, offset: int, limit: int
@@ -410,7 +440,7 @@ class Scripts:
         reply = await self._run(
             "tick",
             (keys.prefix, keys.wheel, keys.dead, keys.errors, keys.periodic),
-            (mode, fingerprint, tick_ms, task_id, body, keys.wake),
+            (mode, fingerprint, tick_ms, task_id, body, keys.wake_publish),
         )
         return _int(reply[0]), _int(reply[1]), _int(reply[2])
 

@@ -18,7 +18,14 @@ from delayq.errors import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-TRANSLATED = (rexc.ConnectionError, rexc.TimeoutError, rexc.ResponseError, OSError)
+TRANSLATED = (
+    rexc.ConnectionError,
+    rexc.TimeoutError,
+    rexc.ResponseError,
+    rexc.ClusterError,
+    rexc.SlotNotCoveredError,
+    OSError,
+)
 """What :func:`translate` maps (auth, ACL and OOM errors are subclasses of these)."""
 
 
@@ -26,7 +33,8 @@ def translate(exc: Exception) -> DelayqError:
     """The delayq exception for a redis-py (or socket) exception."""
     if isinstance(exc, (rexc.AuthenticationError, rexc.AuthorizationError, rexc.NoPermissionError)):
         return RedisAuthError(f"Redis refused access: {exc}")
-    if isinstance(exc, (rexc.ConnectionError, rexc.TimeoutError, OSError)):
+    if isinstance(exc, (rexc.ConnectionError, rexc.TimeoutError, rexc.ClusterError, OSError,
+                        rexc.SlotNotCoveredError)):  # fmt: skip
         return RedisUnavailableError(f"Redis is unavailable: {exc}")
     if isinstance(exc, rexc.OutOfMemoryError):
         return RedisOutOfMemoryError(f"Redis is out of memory: {exc}")

@@ -10,6 +10,12 @@ the new, earlier task at once.  Two listeners share one subscription loop:
   pattern subscription to every topic of the queue, and a :class:`Signal` per topic that
   any number of waiters watch.
 
+On a Redis Cluster the scripts publish with ``SPUBLISH`` (sharded pub/sub: a message stays
+on the shard owning its channel's slot), so both listeners subscribe with ``SSUBSCRIBE``
+to their concrete channels, one connection per master that owns any of them
+(:func:`listen_sharded`); a pattern cannot be sharded, so the hub subscribes to the
+channels of the topics actually polled, adding each one as a poll first asks for it.
+
 If the subscription drops, every waiter is woken so that it re-reads its schedule: a lost
 message can delay nothing.
 
@@ -31,12 +37,13 @@ from typing import TYPE_CHECKING, Any
 from redis import exceptions as rexc
 
 from delayq.cancel import raise_if_cancelling
+from delayq.redis.cluster import NodeClients, is_cluster, refresh
 from delayq.redis.connection import SILENCE_TIMEOUT
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
-    from redis.asyncio import Redis
+    from redis.asyncio import Redis, RedisCluster
     from redis.asyncio.client import PubSub
 
 log = logging.getLogger("delayq.worker")
@@ -91,6 +98,12 @@ class Wakeup:
             # A task sent while we were (re)subscribing published to nobody: look again.
             self.set_all()
 
+        if is_cluster(self._redis):
+            channels = list(self._events)
+            await listen_sharded(
+                self._redis, lambda: channels, None, self._deliver, self._lost, subscribed
+            )
+            return
         await listen(self._redis, subscribe, self._deliver, self._lost, subscribed, confirmed=False)
 
     def _lost(self) -> None:
@@ -133,14 +146,21 @@ class WakeupHub:
         self._redis = redis
         self._pattern = pattern
         self._signals: dict[str, Signal] = {}
+        self._cluster = redis if is_cluster(redis) else None
+        self._sharded = self._cluster is not None
+        self._changed = asyncio.Event()
         self.subscribed = asyncio.Event()
         """Set once Redis confirmed the subscription: a publish after that reaches us."""
 
     def signal(self, channel: str) -> Signal:
-        """The signal of ``channel`` (made on first use; one small object per topic)."""
+        """The signal of ``channel`` (made on first use; one small object per topic).  On a
+        cluster a new channel is subscribed to: :attr:`subscribed` is set again once it is."""
         found = self._signals.get(channel)
         if found is None:
             found = self._signals[channel] = Signal()
+            if self._sharded:
+                self.subscribed.clear()
+                self._changed.set()
         return found
 
     def _deliver(self, channel: str) -> None:
@@ -165,6 +185,12 @@ class WakeupHub:
             for found in self._signals.values():
                 found.fire()
 
+        if self._cluster is not None:
+            await listen_sharded(
+                self._cluster, lambda: list(self._signals), self._changed, self._deliver,
+                self._lost, subscribed,
+            )  # fmt: skip
+            return
         await listen(self._redis, subscribe, self._deliver, self._lost, subscribed, confirmed=True)
 
 
@@ -228,11 +254,115 @@ async def _receive(
             continue
         sent_at = None  # anything heard, a confirmation included, shows the link alive
         kind = message["type"]
-        if kind in ("message", "pmessage"):
+        if kind in ("message", "pmessage", "smessage"):
             deliver(_text(message["channel"]))
-        elif kind in ("subscribe", "psubscribe") and confirmed is not None:
+        elif kind in ("subscribe", "psubscribe", "ssubscribe") and confirmed is not None:
             confirmed()
             confirmed = None  # later confirmations answer heartbeats
+        elif kind == "sunsubscribe":
+            # Redis drops a shard channel's subscribers when its slot moves to another node.
+            raise rexc.ConnectionError("a shard channel's slot moved")
+
+
+class _Regroup(Exception):
+    """The set of channels changed: subscribe again to the new set."""
+
+
+async def listen_sharded(
+    cluster: RedisCluster,
+    channels: Callable[[], list[str]],
+    changed: asyncio.Event | None,
+    deliver: Callable[[str], None],
+    lost: Callable[[], None],
+    subscribed: Callable[[], None],
+) -> None:
+    """Run sharded subscriptions to ``channels()`` until cancelled: ``SSUBSCRIBE`` on one
+    connection per master owning any of them, ``subscribed()`` once every master confirmed.
+    A failed connection, an unanswered heartbeat or a moved slot (``sunsubscribe`` from
+    Redis) calls ``lost()``, re-reads the slot map and subscribes again (backing off up to
+    1 s); ``changed`` being set subscribes again to the new ``channels()``."""
+    nodes = NodeClients(cluster)
+    retry_in = 0.05
+    try:
+        while True:
+            raise_if_cancelling()
+            if changed is not None:
+                changed.clear()
+            try:
+                await cluster.initialize()
+                await _serve_shards(nodes, cluster, channels(), changed, deliver, subscribed)
+            except _Regroup:
+                continue
+            except (rexc.RedisError, OSError) as exc:
+                lost()
+                log.warning("wake-up subscription lost (%s); retrying in %.2fs", exc, retry_in)
+                await asyncio.sleep(retry_in)
+                retry_in = min(retry_in * 2, 1.0)
+                await refresh(cluster)
+            else:
+                retry_in = 0.05
+    finally:
+        await asyncio.shield(nodes.aclose())
+
+
+async def _serve_shards(
+    nodes: NodeClients,
+    cluster: RedisCluster,
+    channels: list[str],
+    changed: asyncio.Event | None,
+    deliver: Callable[[str], None],
+    subscribed: Callable[[], None],
+) -> None:
+    # node -> slot -> channels: one SSUBSCRIBE may only name channels of one slot.
+    groups: dict[str, dict[int, list[str]]] = {}
+    for channel in channels:
+        node = cluster.get_node_from_key(channel)
+        if node is not None:
+            slots = groups.setdefault(node.name, {})
+            slots.setdefault(cluster.keyslot(channel), []).append(channel)
+    waiting = set(groups)
+
+    def confirmer(name: str) -> Callable[[], None]:
+        def confirmed() -> None:
+            waiting.discard(name)
+            if not waiting:
+                subscribed()
+
+        return confirmed
+
+    async def session(name: str, group: dict[int, list[str]]) -> None:
+        host, _, port = name.rpartition(":")
+        pubsub = nodes.for_node(host, int(port), name).pubsub()
+        try:
+
+            async def subscribe(ps: PubSub) -> None:
+                for same_slot in group.values():
+                    await ps.ssubscribe(*same_slot)
+
+            await subscribe(pubsub)
+            await _receive(pubsub, subscribe, deliver, confirmer(name))
+        finally:
+            await asyncio.shield(_close_quietly(pubsub))
+
+    async def regroup() -> None:
+        if changed is None:
+            await asyncio.Future()  # never: the channel set is fixed
+        else:
+            await changed.wait()
+        raise _Regroup
+
+    if not groups:
+        subscribed()
+    tasks = [asyncio.ensure_future(session(n, g)) for n, g in groups.items()]
+    tasks.append(asyncio.ensure_future(regroup()))
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()  # raises the failure
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _text(value: Any) -> str:

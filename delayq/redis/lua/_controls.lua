@@ -157,6 +157,6 @@ end
 -- for a topic without controls).
 local function place_freed(controls, channel)
   if redis.call('HDEL', controls, 'full') == 1 then
-    redis.call('PUBLISH', channel, 0)
+    publish(channel, 0)
   end
 end

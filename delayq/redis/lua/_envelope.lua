@@ -119,11 +119,22 @@ local function due_time(now, mode, value, tolerance)
   return math.max(value, now)
 end
 
+-- Publish on a wake channel.  A channel passed as '!name' (a queue on a Redis Cluster) is
+-- published with SPUBLISH: sharded pub/sub keeps the message on the shard that owns the
+-- channel's slot, which is this script's (the channel carries the topic's hash tag).
+local function publish(channel, message)
+  if string.byte(channel, 1) == 33 then
+    redis.call('SPUBLISH', string.sub(channel, 2), message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
+
 -- Publish a wake-up only when schedule_add reports that what it scheduled became the
 -- earliest moment a worker must act on, so a busy topic costs no PUBLISH per task.  (Redis
 -- delivers a script's messages after the script, so where this runs in it does not matter.)
 local function wake_if_earliest(earliest, channel, due)
   if earliest then
-    redis.call('PUBLISH', channel, due)
+    publish(channel, due)
   end
 end

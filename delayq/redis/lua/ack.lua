@@ -59,6 +59,6 @@ if #done > 0 then
   history_add(prefix, cap, records)
 end
 if waiting then
-  redis.call('PUBLISH', channel, 0)  -- a worker waits for a place under max_running
+  publish(channel, 0)  -- a worker waits for a place under max_running
 end
 return out

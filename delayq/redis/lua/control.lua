@@ -29,6 +29,6 @@ for k, field in ipairs(fields) do
   end
 end
 if changed > 0 then
-  redis.call('PUBLISH', channel, 0)
+  publish(channel, 0)
 end
 return changed

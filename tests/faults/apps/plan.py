@@ -159,7 +159,15 @@ def install(
 def from_env() -> Queue:
     """Build the app's queue from ``$REDIS_URL``, ``$DELAYQ_FAULT_QUEUE`` and friends."""
     env = os.environ
-    queue = Queue.from_url(env["REDIS_URL"], name=env["DELAYQ_FAULT_QUEUE"])
+    name = env["DELAYQ_FAULT_QUEUE"]
+    if env.get("DELAYQ_FAULT_SENTINEL"):  # "host:port,...;service"
+        addresses, service = env["DELAYQ_FAULT_SENTINEL"].split(";")
+        nodes = [(h, int(p)) for h, _, p in (a.rpartition(":") for a in addresses.split(","))]
+        queue = Queue.from_sentinel(nodes, service=service, name=name)
+    else:
+        queue = Queue.from_url(
+            env["REDIS_URL"], name=name, cluster=bool(env.get("DELAYQ_FAULT_CLUSTER"))
+        )
     install(
         queue,
         env["DELAYQ_FAULT_LOG"],

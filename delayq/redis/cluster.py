@@ -1,0 +1,157 @@
+"""Redis Cluster: opening a cluster client, retrying what a moving cluster refuses for a
+moment, and one plain client per master for what must run on one node's connection.
+
+Every key of a (queue, topic) shares one hash tag (:mod:`delayq.redis.keys`), so each
+script runs whole on the master that owns its slot: redis-py's ``RedisCluster`` routes an
+``EVALSHA`` by its first key, loads a script on NOSCRIPT, and follows MOVED and ASK.  What
+it gives up on quickly is left to :func:`retrying`: ``TRYAGAIN`` (a multi-key script on a
+slot whose keys are half migrated: redis-py retries it for ~0.4 s, but moving a busy
+topic's slot takes longer), ``CLUSTERDOWN`` and lost connections while a failover elects a
+new master.  Those are tried again with backoff for up to :data:`RETRY_WINDOW` seconds:
+every delayq script is safe to repeat (a send by id keeps the first copy, an ack or nack
+is fenced by its lease token, a repeated reserve at worst leases tasks whose lease then
+expires).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+
+from redis import exceptions as rexc
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.connection import SSLConnection
+
+from delayq.redis.connection import SILENCE_TIMEOUT
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("delayq")
+T = TypeVar("T")
+
+RETRY_WINDOW = 10.0
+"""Seconds a script refused by a reconfiguring cluster is tried again (TRYAGAIN,
+CLUSTERDOWN, a master lost until its replica is promoted) before the error is raised."""
+
+RETRYABLE: tuple[type[Exception], ...] = (
+    rexc.TryAgainError,
+    rexc.ClusterDownError,
+    rexc.ClusterError,
+    rexc.SlotNotCoveredError,
+    rexc.MasterDownError,
+    rexc.MovedError,
+    rexc.AskError,
+    rexc.ConnectionError,
+    rexc.TimeoutError,
+    rexc.ReadOnlyError,
+    OSError,
+)
+"""What a cluster raises while slots move or a master is replaced."""
+
+
+def is_cluster(client: object) -> TypeGuard[RedisCluster]:
+    """Whether ``client`` is redis-py's asyncio cluster client."""
+    return isinstance(client, RedisCluster)
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, RETRYABLE):
+        return True
+    # A script's error reply carrying a redirection (e.g. TRYAGAIN raised inside EVALSHA
+    # arrives as a plain ResponseError on some paths).
+    return isinstance(exc, rexc.ResponseError) and str(exc).startswith(
+        ("TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK", "MASTERDOWN", "READONLY")
+    )
+
+
+async def retrying(
+    cluster: RedisCluster,
+    call: Callable[[], Awaitable[T]],
+    first: BaseException,
+    *,
+    window: float = RETRY_WINDOW,
+) -> T:
+    """Repeat ``call`` (which just raised ``first``) while the cluster answers with
+    transient errors, backing off from 50 ms to 1 s, for up to ``window`` seconds.  The
+    slot map is refreshed before each try.  Raises the last error when the window closes
+    or an error is not transient."""
+    if not _transient(first):
+        raise first
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + window
+    pause = 0.05
+    error: BaseException = first
+    while loop.time() + pause < deadline:
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 1.0)
+        try:
+            await refresh(cluster)
+            return await call()
+        except Exception as exc:
+            if not _transient(exc):
+                raise
+            error = exc
+            log.debug("cluster busy (%s); retrying", exc)
+    raise error
+
+
+async def refresh(cluster: RedisCluster) -> None:
+    """Re-read the cluster's slot map (after MOVED, a failover or a reshard)."""
+    try:
+        await cluster.nodes_manager.initialize()
+    except (rexc.RedisError, OSError) as exc:
+        log.debug("cluster slot map refresh failed: %s", exc)
+
+
+_NODE_OPTIONS = (
+    "username", "password", "credential_provider", "socket_timeout", "socket_connect_timeout",
+    "socket_keepalive", "socket_keepalive_options", "client_name", "encoding",
+    "encoding_errors", "decode_responses", "protocol", "health_check_interval",
+)  # fmt: skip
+
+
+class NodeClients:
+    """One plain ``Redis`` client per master of a cluster, opened on first use with the
+    cluster client's credentials, timeouts and TLS settings, for what must run on one
+    node's connection: a durable send's script and ``WAIT``, a sharded subscription."""
+
+    def __init__(self, cluster: RedisCluster) -> None:
+        self.cluster = cluster
+        self._clients: dict[str, Redis] = {}
+
+    def for_key(self, key: str) -> Redis:
+        """The client of the master serving ``key``'s slot (per the cached slot map)."""
+        node = self.cluster.get_node_from_key(key)
+        if node is None:
+            raise rexc.SlotNotCoveredError(f"no node serves {key!r}")
+        return self.for_node(node.host, int(node.port), node.name)
+
+    def for_node(self, host: str, port: int, name: str) -> Redis:
+        """The client of the node at ``host:port`` (``name``: redis-py's ``host:port``)."""
+        client = self._clients.get(name)
+        if client is None:
+            kwargs: dict[str, Any] = self.cluster.get_connection_kwargs()
+            options = {k: kwargs[k] for k in _NODE_OPTIONS if k in kwargs}
+            connection_class = kwargs.get("connection_class")
+            if isinstance(connection_class, type) and issubclass(connection_class, SSLConnection):
+                options["ssl"] = True
+                options.update({k: v for k, v in kwargs.items() if k.startswith("ssl_")})
+            client = self._clients[name] = Redis(host=host, port=port, **options)
+        return client
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+
+def cluster_client(url: str, **options: Any) -> RedisCluster:
+    """A ``RedisCluster`` for ``url`` (any node's address; ``rediss://`` for TLS, ACL
+    credentials in the URL) with delayq's timeouts: :data:`SILENCE_TIMEOUT`-style socket
+    and connect timeouts and TCP keepalive unless ``options`` set them."""
+    options.setdefault("socket_timeout", SILENCE_TIMEOUT)
+    options.setdefault("socket_connect_timeout", SILENCE_TIMEOUT)
+    options.setdefault("socket_keepalive", True)
+    return RedisCluster.from_url(url, **options)
