@@ -13,16 +13,14 @@ from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
 from delayq.events import Hooks
 from delayq.history import History
+from delayq.manage import TaskManagement
 from delayq.producer import Producer
 from delayq.redis.clients import close_client, open_sentinel, open_url
 from delayq.redis.cluster import is_cluster
 from delayq.redis.durability import ClusterDurableSender, Durability, durable_sender
-from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
+from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic
 from delayq.redis.scripts import Scripts
-from delayq.redis.translate import redis_errors
 from delayq.registry import HandlerRegistry
-from delayq.schedule import Timeline, UpcomingPage, timeline, upcoming
-from delayq.task import SendResult, TaskInfo, TopicStats, from_millis, stored_task_info
 from delayq.topic import Topic, TopicOptions
 from delayq.worker import Worker
 
@@ -36,12 +34,13 @@ if TYPE_CHECKING:
 
     from delayq.hooks import Lifespan, Middleware
     from delayq.redis.lane import ScriptLane
+    from delayq.task import SendResult
     from delayq.topic import OnConflict
 
 log = logging.getLogger("delayq")
 
 
-class Queue(HandlerRegistry, TopicControls):
+class Queue(HandlerRegistry, TopicControls, TaskManagement):
     """A named delay queue on one Redis.
 
     Args:
@@ -370,74 +369,6 @@ class Queue(HandlerRegistry, TopicControls):
         if status < 0:
             raise self._producer.too_far_past(value_ms, when)
         return status == 1
-
-    async def get(self, topic: str, task_id: str) -> TaskInfo | None:
-        """Look a task up by id. Returns None once it was acked or cancelled, or if unknown."""
-        found = await self.scripts.get(self.keys(topic), check_task_id(task_id))
-        if found is None:
-            return None
-        state, score = found.state, found.score_ms
-        lease = from_millis(score) if state == "reserved" else None
-        dead_at = from_millis(score) if state == "dead" else None
-        return stored_task_info(
-            topic, task_id, state, found.raw, found.error, score, lease, dead_at, found.paused
-        )
-
-    async def topic_names(self) -> list[str]:
-        """The names of the topics this queue has used (sent to, or consumed), sorted."""
-        async with redis_errors():
-            members = await self.redis.smembers(topics_key(self.name))
-        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
-
-    async def stats(self, topics: Iterable[str] | None = None) -> dict[str, TopicStats]:
-        """Count tasks per state for every topic of this queue (or of ``topics``) that holds
-        any, or that is paused or limited (with its controls)."""
-        names = await self.topic_names() if topics is None else [check_topic(t) for t in topics]
-        result: dict[str, TopicStats] = {}
-        for topic in names:
-            c = await self.scripts.stats(self.keys(topic))
-            controlled = c.paused or c.rate_limit or c.max_running
-            if c.delayed or c.ready or c.reserved or c.dead or controlled:
-                result[topic] = TopicStats(
-                    delayed=c.delayed, ready=c.ready, reserved=c.reserved, dead=c.dead,
-                    paused=c.paused, rate_limit=c.rate_limit, max_running=c.max_running,
-                )  # fmt: skip
-        return result
-
-    async def dead_letters(self, topic: str, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
-        """List a topic's dead letters, oldest first, with their last error."""
-        if not (isinstance(limit, int) and isinstance(offset, int) and limit >= 1 and offset >= 0):
-            raise InvalidInputError("limit must be >= 1 and offset >= 0")
-        _now, rows = await self.scripts.dead_letters(self.keys(topic), offset=offset, limit=limit)
-        return [
-            stored_task_info(topic, task_id, "dead", raw, error, died, None, from_millis(died))
-            for task_id, raw, error, died in rows
-        ]
-
-    async def upcoming(
-        self, topic: str, *, limit: int = 50, cursor: str | None = None
-    ) -> UpcomingPage:
-        """The next ``limit`` (1..500) delayed or ready tasks of ``topic``, in due order.
-
-        Costs Redis O(limit), not O(tasks).  Pass the page's ``cursor`` back for the next
-        page; if the task it names has left the schedule since, the next page starts after
-        its due time (so tasks due in that same millisecond may be skipped).
-        """
-        return await upcoming(self.scripts, self.keys(topic), limit=limit, cursor=cursor)
-
-    async def timeline(self, topic: str, *, window: Duration = 60, windows: int = 60) -> Timeline:
-        """How many tasks of ``topic`` fall due in each of the next ``windows`` (1..240)
-        windows of ``window`` seconds, and how many are due already.  Costs Redis
-        O(windows * log(tasks)); a window of over ~2,000 tasks is estimated (flagged)."""
-        return await timeline(self.scripts, self.keys(topic), window=window, windows=windows)
-
-    async def replay(self, topic: str, task_id: str) -> bool:
-        """Move a dead-lettered task back to ready (due now), its attempts reset.
-
-        Returns:
-            True if the task was dead and is now ready again.
-        """
-        return await self.scripts.replay(self.keys(topic), check_task_id(task_id))
 
     # -- consuming --------------------------------------------------------------------------
 

@@ -60,6 +60,6 @@ def open_sentinel(
 async def close_client(client: Redis) -> None:
     """Close ``client`` and, for a Sentinel-managed one, its connections to the Sentinels."""
     await client.aclose()
-    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     for sentinel in getattr(manager, "sentinels", ()):
         await sentinel.aclose()

@@ -144,21 +144,20 @@ class Scripts:
         replicas).  Its reply must be, or start with, one status per task."""
         if durable is None:
             return await self._run(name, keys, args)
-        try:
-            return await durable.run(
+        sender = durable
+
+        def run() -> Awaitable[Any]:
+            return sender.run(
                 self._scripts[name], keys, args, ids=ids, touch_key=touch_key,
                 statuses=lambda reply: [_written(_int(v)) for v in reply[: len(ids)]],
             )  # fmt: skip
+
+        try:
+            return await run()
         except TRANSLATED as exc:
             if self._cluster is None:
                 raise translate(exc) from exc
-            return await self._retry(
-                lambda: durable.run(
-                    self._scripts[name], keys, args, ids=ids, touch_key=touch_key,
-                    statuses=lambda reply: [_written(_int(v)) for v in reply[: len(ids)]],
-                ),
-                exc,
-            )  # fmt: skip
+            return await self._retry(run, exc)
 
     async def send(
         self,
