@@ -47,6 +47,9 @@ RETRYABLE: tuple[type[Exception], ...] = (
     rexc.TimeoutError,
     rexc.ReadOnlyError,
     OSError,
+    # redis-py 8.1's cluster client can hand out a connection that another call is
+    # disconnecting; the command then fails, unsent, with this from inside redis-py.
+    AttributeError,
 )
 """What a cluster raises while slots move or a master is replaced."""
 
@@ -74,9 +77,10 @@ async def retrying(
     window: float = RETRY_WINDOW,
 ) -> T:
     """Repeat ``call`` (which just raised ``first``) while the cluster answers with
-    transient errors, backing off from 50 ms to 1 s, for up to ``window`` seconds.  The
-    slot map is refreshed before each try.  Raises the last error when the window closes
-    or an error is not transient."""
+    transient errors, backing off from 50 ms to 1 s, for up to ``window`` seconds.  Raises
+    the last error when the window closes or an error is not transient.  redis-py itself
+    re-reads the slot map after MOVED or a lost node (refreshing it here, from many
+    callers at once, would close connections that other calls are using)."""
     if not _transient(first):
         raise first
     loop = asyncio.get_running_loop()
@@ -87,7 +91,6 @@ async def retrying(
         await asyncio.sleep(pause)
         pause = min(pause * 2, 1.0)
         try:
-            await refresh(cluster)
             return await call()
         except Exception as exc:
             if not _transient(exc):
@@ -95,14 +98,6 @@ async def retrying(
             error = exc
             log.debug("cluster busy (%s); retrying", exc)
     raise error
-
-
-async def refresh(cluster: RedisCluster) -> None:
-    """Re-read the cluster's slot map (after MOVED, a failover or a reshard)."""
-    try:
-        await cluster.nodes_manager.initialize()
-    except (rexc.RedisError, OSError) as exc:
-        log.debug("cluster slot map refresh failed: %s", exc)
 
 
 _NODE_OPTIONS = (
@@ -120,13 +115,53 @@ class NodeClients:
     def __init__(self, cluster: RedisCluster) -> None:
         self.cluster = cluster
         self._clients: dict[str, Redis] = {}
+        self._moved: dict[int, tuple[str, int]] = {}
 
     def for_key(self, key: str) -> Redis:
-        """The client of the master serving ``key``'s slot (per the cached slot map)."""
+        """The client of the master serving ``key``'s slot: per the last MOVED seen for it
+        (:meth:`moved`), else per the cluster client's slot map."""
+        found = self._moved.get(self.cluster.keyslot(key))
+        if found is not None:
+            host, port = found
+            return self.for_node(host, port, f"{host}:{port}")
         node = self.cluster.get_node_from_key(key)
         if node is None:
             raise rexc.SlotNotCoveredError(f"no node serves {key!r}")
         return self.for_node(node.host, int(node.port), node.name)
+
+    def moved(self, error: rexc.MovedError) -> None:
+        """Remember where a MOVED reply says its slot now lives."""
+        self._moved[error.slot_id] = (error.host, int(error.port))
+
+    async def reroute(self, key: str) -> None:
+        """Ask the cluster which master owns ``key``'s slot now (after a lost master)."""
+        try:
+            owners = await self.slot_owners()
+        except (rexc.RedisError, OSError) as exc:
+            log.debug("no node answered CLUSTER SLOTS: %s", exc)
+            return
+        slot = self.cluster.keyslot(key)
+        if slot in owners:
+            self._moved[slot] = owners[slot]
+
+    async def slot_owners(self) -> dict[int, tuple[str, int]]:
+        """Ask the cluster (``CLUSTER SLOTS``, from the first node that answers) which
+        master owns each slot, on these connections rather than the cluster client's."""
+        error: Exception = rexc.ConnectionError("no cluster node known")
+        for node in self.cluster.get_nodes():
+            try:
+                client = self.for_node(node.host, int(node.port), node.name)
+                reply = await client.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+            except (rexc.RedisError, OSError) as exc:
+                error = exc
+                continue
+            owners: dict[int, tuple[str, int]] = {}
+            for start, end, master, *_ in reply:
+                host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
+                for slot in range(int(start), int(end) + 1):
+                    owners[slot] = (host or node.host, int(master[1]))
+            return owners
+        raise error
 
     def for_node(self, host: str, port: int, name: str) -> Redis:
         """The client of the node at ``host:port`` (``name``: redis-py's ``host:port``)."""

@@ -232,7 +232,18 @@ class ClusterDurableSender(DurableSender):
         sender = self._senders.get(id(client))
         if sender is None:
             sender = self._senders[id(client)] = DurableSender(client, self.durability)
-        return await sender.run(script, keys, args, ids=ids, touch_key=touch_key, statuses=statuses)
+        try:
+            return await sender.run(
+                script, keys, args, ids=ids, touch_key=touch_key, statuses=statuses
+            )
+        except rexc.MovedError as exc:
+            self._nodes.moved(exc)  # the caller's cluster retry sends it there
+            raise
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError):
+            # The master may be gone: ask the cluster who owns the slot now, so that the
+            # caller's cluster retry goes to its promoted replica.
+            await self._nodes.reroute(keys[0])
+            raise
 
     async def aclose(self) -> None:
         """Close the per-master connections."""

@@ -117,10 +117,12 @@ class Scripts:
             if self._lane is not None:
                 return await self._lane.evalsha(script.sha, script.script, keys, args)
             return await script(keys=keys, args=args)
-        except TRANSLATED as exc:
-            if self._cluster is None:
-                raise translate(exc) from exc
-            return await self._retry(lambda: script(keys=keys, args=args), exc)
+        except (*TRANSLATED, AttributeError) as exc:
+            if self._cluster is not None:
+                return await self._retry(lambda: script(keys=keys, args=args), exc)
+            if isinstance(exc, AttributeError):
+                raise
+            raise translate(exc) from exc
 
     async def _retry(self, call: Callable[[], Awaitable[Any]], exc: Exception) -> Any:
         """On a cluster: repeat ``call`` while slots move or a master is replaced."""

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from redis import exceptions as rexc
 
 from delayq.cancel import raise_if_cancelling
-from delayq.redis.cluster import NodeClients, is_cluster, refresh
+from delayq.redis.cluster import NodeClients, is_cluster
 from delayq.redis.connection import SILENCE_TIMEOUT
 
 if TYPE_CHECKING:
@@ -298,7 +298,6 @@ async def listen_sharded(
                 log.warning("wake-up subscription lost (%s); retrying in %.2fs", exc, retry_in)
                 await asyncio.sleep(retry_in)
                 retry_in = min(retry_in * 2, 1.0)
-                await refresh(cluster)
             else:
                 retry_in = 0.05
     finally:
@@ -313,13 +312,14 @@ async def _serve_shards(
     deliver: Callable[[str], None],
     subscribed: Callable[[], None],
 ) -> None:
-    # node -> slot -> channels: one SSUBSCRIBE may only name channels of one slot.
+    # node -> slot -> channels: one SSUBSCRIBE may only name channels of one slot.  The
+    # owners are asked afresh each time (after a failover the client's map may be stale).
+    owners = await nodes.slot_owners() if channels else {}
     groups: dict[str, dict[int, list[str]]] = {}
     for channel in channels:
-        node = cluster.get_node_from_key(channel)
-        if node is not None:
-            slots = groups.setdefault(node.name, {})
-            slots.setdefault(cluster.keyslot(channel), []).append(channel)
+        slot = cluster.keyslot(channel)
+        host, port = owners[slot]
+        groups.setdefault(f"{host}:{port}", {}).setdefault(slot, []).append(channel)
     waiting = set(groups)
 
     def confirmer(name: str) -> Callable[[], None]:

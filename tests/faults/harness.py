@@ -137,6 +137,9 @@ class WorkerProc:
         return self
 
     def _subscribers(self, channel: str) -> int:
+        if self.env.get("DELAYQ_FAULT_CLUSTER"):  # sharded pub/sub; admin: the owning master
+            reply = self.admin.execute_command("PUBSUB", "SHARDNUMSUB", channel)
+            return int(reply[1]) if reply else 0
         counts = self.admin.pubsub_numsub(channel)
         return int(counts[0][1]) if counts else 0
 
