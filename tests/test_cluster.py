@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -156,3 +157,38 @@ async def test_from_sentinel(queue_name: str) -> None:
             assert info is not None and info.state == "ready"
         finally:
             await queue.close()
+
+
+async def test_cli_url_form_on_a_cluster_and_through_sentinel(
+    cluster: Any, cq: Queue, queue_name: str
+) -> None:
+    from tests.apps.runner import app_env, module_command, run_cli
+
+    await cq.send_delayed("t3", {"x": 1}, 60, task_id="c1")
+    bare = app_env(cluster.url, "unused")
+    del bare["DELAYQ_QUEUE"]
+    args = ("--url", cluster.url, "--cluster", "--name", queue_name)
+    stats = await run_cli(module_command("stats", *args, "--json"), bare)
+    assert json.loads(stats.stdout)["t3"]["delayed"] == 1, stats.stderr
+    got = await run_cli(module_command("get", *args, "t3", "c1"), bare)
+    assert json.loads(got.stdout)["state"] == "delayed", got.stderr
+    cancelled = await run_cli(module_command("cancel", *args, "t3", "c1"), bare)
+    assert cancelled.returncode == 0, cancelled.stderr
+
+    with SentinelGroup() as group:
+        queue = Queue.from_sentinel(group.addresses, service=group.service, name=queue_name)
+        try:
+            await queue.send_delayed("t0", {}, 60, task_id="s1")
+        finally:
+            await queue.close()
+        where = ",".join(f"{h}:{p}" for h, p in group.addresses)
+        got = await run_cli(
+            module_command("get", "--sentinel", where, "--service", group.service,
+                           "--name", queue_name, "t0", "s1"),
+            bare,
+        )  # fmt: skip
+        assert json.loads(got.stdout)["id"] == "s1", got.stderr
+        missing = await run_cli(
+            module_command("get", "--sentinel", where, "--name", queue_name, "t0", "s1"), bare
+        )
+        assert missing.returncode == 2 and "--service" in missing.stderr
