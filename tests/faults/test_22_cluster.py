@@ -180,6 +180,9 @@ def _promoted(cluster: RedisCluster, replica: Any) -> bool:
     return replica in cluster.masters()
 
 
+# redis-py's Sentinel pool can drop its connection to the killed primary without closing
+# its stream (a ResourceWarning at garbage collection, seen once in the full run).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_22_sentinel_failover(spawn_worker, make_queue, log_dir, record_property) -> None:
     with SentinelGroup() as group:
         sentinel = ",".join(f"{h}:{p}" for h, p in group.addresses) + f";{group.service}"
