@@ -8,6 +8,9 @@ Starts one private redis-server and one private 3-master + 3-replica cluster
   pool, as on a cluster);
 - ``cluster``: ``Queue.from_url(url, cluster=True)`` (redis-py's ``RedisCluster``: no lane);
 
+The single node has one replica, as each cluster master has, so that both Redis figures
+include feeding a replica.
+
 sends ``--n`` tasks one by one (``send_delayed``, 1 h): sends/s and the client's CPU µs per
 send; then leases and acks ``--n`` ready tasks (``reserve`` + ``ack`` through the scripts,
 100 a call): client CPU µs per task, and the CPU µs per task of the redis-server that ran
@@ -29,7 +32,7 @@ from typing import Any
 from delayq import Queue
 from delayq.redis.scripts import Scripts
 from tests.redis_cluster import RedisCluster
-from tests.redis_server import RedisServer
+from tests.redis_server import PRIMARY_ARGS, RedisServer, replica_of
 
 
 def _server_cpu(server: RedisServer) -> float:
@@ -92,7 +95,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     args = parser.parse_args()
     rows: dict[str, list[dict[str, float]]] = {}
-    with RedisServer() as single, RedisCluster() as cluster:
+    with (
+        RedisServer(extra_args=list(PRIMARY_ARGS)) as single,
+        replica_of(single) as replica,
+        RedisCluster() as cluster,
+    ):
+        replica.wait_replica_link(single)
         for _ in range(args.rounds):
             for setup, figures in asyncio.run(_round(single, cluster, args.n)).items():
                 rows.setdefault(setup, []).append(figures)

@@ -118,16 +118,14 @@ class Scripts:
                 return await self._lane.evalsha(script.sha, script.script, keys, args)
             return await script(keys=keys, args=args)
         except (*TRANSLATED, AttributeError) as exc:
-            if self._cluster is not None:
-                return await self._retry(lambda: script(keys=keys, args=args), exc)
-            if isinstance(exc, AttributeError):
-                raise
-            raise translate(exc) from exc
+            return await self._retry(lambda: script(keys=keys, args=args), exc)
 
     async def _retry(self, call: Callable[[], Awaitable[Any]], exc: Exception) -> Any:
-        """On a cluster: repeat ``call`` while slots move or a master is replaced."""
-        assert self._cluster is not None
+        """On a cluster: repeat ``call`` while slots move or a master is replaced.  Raises
+        ``exc`` (or the last error) as delayq's error; ``AttributeError`` as it is."""
         try:
+            if self._cluster is None:
+                raise exc
             return await retrying(self._cluster, call, exc)
         except TRANSLATED as again:
             raise translate(again) from again
@@ -157,8 +155,6 @@ class Scripts:
         try:
             return await run()
         except TRANSLATED as exc:
-            if self._cluster is None:
-                raise translate(exc) from exc
             return await self._retry(run, exc)
 
     async def send(
