@@ -216,9 +216,10 @@ class History:
     async def find(self, topic: str, task_id: str, *, within: int = 10_000) -> HistoryRecord | None:
         """The newest record of task ``task_id`` among the topic's last ``within`` records.
 
-        Costs Redis up to ``within`` records read (pages of 500 entries, newest first,
-        stopping at the first match): the history has no index by id.  Only the matching
-        record is decoded.
+        Costs Redis up to ``within`` records read, newest first, stopping at the first
+        match: the history has no index by id.  The range is bounded by record number (an
+        entry's ID is its first record's), so entries holding many records (an ack batch)
+        never make it read more.  Only the matching record is decoded.
 
         Args:
             topic: the task's topic.
@@ -229,21 +230,27 @@ class History:
             raise InvalidInputError(f"within must be an int in [1, 100000], got {within!r}")
         key = self._keys(topic).history
         wanted = task_id.encode()
-        top, seen = "+", 0
         async with redis_errors():
-            while seen < within:
-                page: list[Any] = await self._redis.xrevrange(key, top, "-", count=500) or []
+            newest: list[Any] = await self._redis.xrevrange(key, "+", "-", count=1) or []
+            if not newest:
+                return None
+            low = max(_first(newest[0][0]) + len(newest[0][1]) - within, 0)  # lowest seq searched
+            top, page_size = "+", 100
+            while True:
+                page: list[Any] = (
+                    await self._redis.xrevrange(key, top, f"{low}-0", count=page_size) or []
+                )
+                if len(page) < page_size and low > 0:  # the entry holding records on both sides
+                    page += await self._redis.xrevrange(key, f"({low}-0", "-", count=1) or []
                 for entry_id, fields in page:
+                    first = _first(entry_id)
                     for n, (field, raw) in enumerate(reversed(fields.items())):
-                        if seen + n < within and _as_bytes(field) == wanted:
-                            text = _as_bytes(entry_id).decode()
-                            seq = int(text.split("-")[0]) + len(fields) - 1 - n
+                        seq = first + len(fields) - 1 - n
+                        if seq >= low and _as_bytes(field) == wanted:
                             return parse_record(topic, seq, task_id, _as_bytes(raw))
-                    seen += len(fields)
-                if len(page) < 500:
-                    break
+                if len(page) < page_size:
+                    return None
                 top = f"({_as_bytes(page[-1][0]).decode()}"
-        return None
 
     async def throughput(self, topics: Sequence[str], seconds: int = 60) -> dict[str, float]:
         """Attempts finished per second (acked, retried and dead-lettered) in each of
@@ -279,6 +286,11 @@ class History:
                     done += sum(int(c) for c in counts if c is not None)
             rates[topic] = done / span
         return rates
+
+
+def _first(entry_id: bytes | str) -> int:
+    """The number of an entry's first record (its ID is ``<number>-0``)."""
+    return int(_as_bytes(entry_id).split(b"-")[0])
 
 
 def _as_bytes(value: bytes | str) -> bytes:

@@ -191,3 +191,16 @@ async def test_throughput_counts_the_last_minute_of_each_topic(queue: Queue) -> 
     assert 60 / 70 <= rates["a"] <= 60 / 60
     with pytest.raises(InvalidInputError):
         await queue.history.throughput(["a"], seconds=5)
+
+
+async def test_find_pages_back_through_many_entries(queue: Queue) -> None:
+    await queue.send_many(
+        "t", [{"n": n} for n in range(130)], task_ids=[f"t{n}" for n in range(130)]
+    )
+    await _drain(queue, "t", history=1000, count=130)  # 130 entries of one record each
+    records = await queue.history("t", limit=1000)
+    oldest, newest = records[-1], records[0]
+    assert await queue.history.find("t", oldest.id) == oldest  # past the first page of 100
+    assert await queue.history.find("t", oldest.id, within=129) is None
+    assert await queue.history.find("t", records[128].id, within=129) == records[128]
+    assert await queue.history.find("t", newest.id, within=1) == newest
