@@ -192,3 +192,32 @@ async def test_cli_url_form_on_a_cluster_and_through_sentinel(
             module_command("get", "--sentinel", where, "--name", queue_name, "t0", "s1"), bare
         )
         assert missing.returncode == 2 and "--service" in missing.stderr
+
+
+async def test_pause_resume_and_periodic_on_a_cluster(cq: Queue) -> None:
+    """control.lua and tick.lua publish with SPUBLISH too: a resume wakes the paused
+    topic's loop, and a periodic topic's ticks run on whichever master owns it."""
+    ran: list[str] = []
+    ticks: list[str] = []
+
+    async def handle(body: dict[str, Any], task: Task) -> None:
+        ran.append(task.id)
+
+    async def tick(task: Task) -> None:
+        ticks.append(task.id)
+
+    cq.topic("t2")(handle)
+    cq.periodic("p0", every=0.2)(tick)
+    await cq.pause("t2")
+    await cq.send("t2", {}, task_id="held")
+    assert (await cq.stats(["t2"]))["t2"].paused
+    async with cq.worker(concurrency=5):
+        await asyncio.sleep(0.8)
+        assert ran == []
+        await cq.resume("t2")
+        for _ in range(100):
+            if ran and len(ticks) >= 2:
+                break
+            await asyncio.sleep(0.05)
+    assert ran == ["held"]
+    assert len(ticks) >= 2
