@@ -19,16 +19,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class WebServer:
-    """``python -m delayq web [app] --url ... --name ... --port ...`` with a token file
-    holding :data:`TOKENS`; stopped with SIGTERM (uvicorn's graceful stop) on exit."""
+    """``python -m delayq web [app] --url ... --name ... --port ...`` (or the arguments
+    ``where`` names the queue with) with a token file holding :data:`TOKENS`; stopped with
+    SIGTERM (uvicorn's graceful stop) on exit."""
 
-    def __init__(self, redis_url: str, queue_name: str, tmp: Path, app: str | None = None) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        queue_name: str,
+        tmp: Path,
+        app: str | None = None,
+        where: list[str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         token_file = tmp / "tokens"
         token_file.write_text("".join(f"{scope} {token}\n" for scope, token in TOKENS.items()))
         self.log = tmp / "web.log"
-        where = [app] if app else ["--url", redis_url, "--name", queue_name]
+        where = where or ([app] if app else ["--url", redis_url, "--name", queue_name])
         self.argv = [
             sys.executable, "-m", "delayq", "web", *where, "--port", str(self.port),
             "--token-file", str(token_file), "--no-access-log",
