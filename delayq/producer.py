@@ -141,9 +141,10 @@ class Producer:
         ttr: Duration | None,
         max_attempts: int | None,
         batch_size: int,
+        on_conflict: OnConflict = "keep",
         priority: int = 0,
         headers: Mapping[str, str] | None = None,
-    ) -> list[str]:
+    ) -> list[SendResult]:
         """Send many tasks to one topic, a script call per batch (see ``Queue.send_many``)."""
         keys = self._keys(topic)
         items = list(bodies)
@@ -165,6 +166,7 @@ class Producer:
                 f"batch_size must be an int in [1, {MAX_BATCH_SIZE}], got {batch_size!r}"
             )
         ttr_ms, attempts = task_overrides(ttr, max_attempts)
+        replace = check_on_conflict(on_conflict)
         priority = check_priority(priority)
         adapter = self._adapter(topic)
         delays_ms = [to_millis(one_delay, name="delay") for one_delay in delays]
@@ -172,61 +174,60 @@ class Producer:
         order = schedule_order(ids, delays_ms)
         sent_ids = [ids[n] for n in order]
         given = check_headers(headers)
-        stored = 0
+        statuses: list[int] = []
 
         async def store() -> None:
-            nonlocal stored
+            nonlocal statuses
             prefix = encode_headers(check_headers(given)) if given else b""
             fields: list[str | int | bytes] = []
             for n in order:
                 fields += (ids[n], delays_ms[n], prefix + encoded[n] if prefix else encoded[n])
-            stored = await self._store_batches(topic, keys, fields, sent_ids, batch_size,
-                                               attempts, ttr_ms, priority)  # fmt: skip
+            send = functools.partial(
+                self.scripts.send_many, keys, max_attempts=attempts, ttr_ms=ttr_ms,
+                tolerance_ms=self._past_tolerance_ms, priority=priority, replace=replace,
+            )  # fmt: skip
+            statuses = await self._store_batches(topic, send, fields, sent_ids, batch_size)
 
         if self._hooks.send_hooks and ids:
             given = (sending := Sending(self._queue, topic, sent_ids, given)).headers
             await self._hooks.around_send(sending, store)
         else:
             await store()
-        if stored and self._hooks.listeners:
+        if self._hooks.listeners and (stored := sum(s in SENT_STATUSES for s in statuses)):
             self._hooks.emit(TaskEvent("sent", topic, sent_ids[0], count=stored))
         await self.announce_quietly(topic)
-        return ids
+        return send_results(ids, order, statuses)
 
     async def _store_batches(
         self,
         topic: str,
-        keys: TopicKeys,
+        send: Callable[..., Awaitable[list[int]]],
         fields: list[str | int | bytes],
         sent_ids: list[str],
         batch_size: int,
-        attempts: int,
-        ttr_ms: int,
-        priority: int,
-    ) -> int:
-        """Run send_many.lua on ``fields`` in batches; returns how many tasks it stored."""
+    ) -> list[int]:
+        """Run send_many.lua (``send``) on ``fields`` in batches; returns each task's status,
+        in the order sent."""
         batches = [
             fields[3 * start : 3 * (start + batch_size)]
             for start in range(0, len(sent_ids), batch_size)
         ]
-        send = functools.partial(
-            self.scripts.send_many, keys,
-            max_attempts=attempts, ttr_ms=ttr_ms, tolerance_ms=self._past_tolerance_ms,
-            priority=priority,
-        )  # fmt: skip
-        if self._durable is None:
+        if self._durable is None and (len(batches) < 2 or len(set(sent_ids)) == len(sent_ids)):
             return await send_overlapped(send, batches)
-        stored = 0
+        # An id sent twice in different batches: one batch at a time, so that Redis runs
+        # them in order (two in flight may take two connections) and the sends of that id
+        # apply in the order given.
+        statuses: list[int] = []
         for number, batch in enumerate(batches):
             try:
-                stored += (await send(batch, durable=self._durable)).count(1)
+                statuses += await send(batch, durable=self._durable)
             except NotDurableError as exc:
                 await self.announce_quietly(topic)  # the batch is stored
                 raise NotDurableError(
                     exc.task_ids, confirmed=exc.confirmed, required=exc.required,
                     timeout_ms=exc.timeout_ms, unsent=sent_ids[(number + 1) * batch_size :],
                 ) from None  # fmt: skip
-        return stored
+        return statuses
 
     async def cancel(self, topic: str, task_id: str) -> bool:
         """Run cancel.lua (see ``Queue.cancel``) and tell the listeners."""
@@ -267,24 +268,40 @@ class Producer:
 async def send_overlapped(
     send: Callable[[list[str | int | bytes]], Awaitable[list[int]]],
     batches: list[list[str | int | bytes]],
-) -> int:
+) -> list[int]:
     """Run send_many.lua on each batch, the next one sent while Redis runs the previous
     (two in flight): the client's packing and parsing of one batch hides behind Redis's
-    work on the other, instead of the two taking turns.  Returns how many tasks it stored."""
+    work on the other, instead of the two taking turns.  Returns each task's status."""
     in_flight: list[asyncio.Future[list[int]]] = []
-    stored = 0
+    statuses: list[int] = []
     try:
         for batch in batches:
             in_flight.append(asyncio.ensure_future(send(batch)))
             if len(in_flight) == 2:
-                stored += (await in_flight.pop(0)).count(1)
+                statuses += await in_flight.pop(0)
         while in_flight:
-            stored += (await in_flight.pop(0)).count(1)
-        return stored
+            statuses += await in_flight.pop(0)
+        return statuses
     finally:
         for call in in_flight:  # left by a failure: its batch may or may not be stored
             call.cancel()
         await asyncio.gather(*in_flight, return_exceptions=True)
+
+
+_created = functools.partial(str.__new__, SendResult)
+"""``SendResult(task_id)`` (outcome "created") without a Python-level call: a third of the cost."""
+
+
+def send_results(ids: list[str], order: list[int], statuses: list[int]) -> list[SendResult]:
+    """``send_many``'s results: a :class:`SendResult` per id, in the order of ``ids``, from
+    the scripts' statuses in the order sent (``ids[order[k]]`` got ``statuses[k]``)."""
+    if statuses.count(1) == len(ids):  # every task created: the common case
+        return list(map(_created, ids))
+    by_id = [0] * len(ids)
+    for n, status in zip(order, statuses, strict=True):
+        by_id[n] = status
+    # No -1 (too far past): send_many sends delays, which are never in the past.
+    return [SendResult(task_id, SEND_STATUS[s]) for task_id, s in zip(ids, by_id, strict=True)]
 
 
 def schedule_order(ids: list[str], delays_ms: list[int]) -> list[int]:

@@ -269,30 +269,38 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         ttr: Duration | None = None,
         max_attempts: int | None = None,
         batch_size: int = 500,
+        on_conflict: OnConflict = "keep",
         priority: int = 0,
         headers: Mapping[str, str] | None = None,
-    ) -> list[str]:
+    ) -> list[SendResult]:
         """Send many tasks to one topic with one round trip per batch.
 
         Every body, id and delay is validated before anything is written.  Each batch of
         ``batch_size`` tasks is one atomic script call, and two calls are in flight at a time
-        (one, with ``durability``); a failure part-way (Redis lost) may leave some batches
-        written, and re-sending the same ``task_ids`` is then safe.
+        (one, with ``durability`` or an id repeated across batches); a failure part-way
+        (Redis lost) may leave some batches written, and re-sending the same ``task_ids``
+        is then safe.
 
         Args:
             topic: the topic of every task.
             bodies: the bodies, validated as in :meth:`send_delayed`.
             delay: one delay for all, or one per body.
-            task_ids: one id per body (ids already delayed/ready/reserved are skipped, as in
-                ``send``); generated when omitted.
+            task_ids: one id per body (ids already delayed/ready/reserved are kept, as in
+                ``send``, but see ``on_conflict``); generated when omitted.  An id given
+                twice acts as two sends in the order given: with ``"keep"`` the first
+                wins, with ``"replace"`` the last.
             ttr: lease length override for every task.
             max_attempts: attempt limit override for every task.
             batch_size: tasks per script call (bounds how long Redis is busy with one call).
+            on_conflict: as in :meth:`send_delayed`, for every task: ``"replace"`` gives
+                each delayed or ready task with one of ``task_ids`` its new body, due time
+                and options, and leaves a reserved (running) one alone.
             priority: the priority of every task (see :meth:`send_delayed`).
             headers: headers every task carries (as in :meth:`send_delayed`).
 
         Returns:
-            The task ids, in the order of ``bodies``.
+            A :class:`SendResult` per body, in the order of ``bodies``: the task id (a
+            ``str``) with its ``outcome``, as :meth:`send_delayed` returns.
 
         Raises:
             NotDurableError: (with ``durability``) a batch is stored but too few replicas
@@ -300,8 +308,8 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         """
         return await self._producer.send_many(
             topic, bodies, delay=delay, task_ids=task_ids, ttr=ttr,
-            max_attempts=max_attempts, batch_size=batch_size, priority=priority,
-            headers=headers,
+            max_attempts=max_attempts, batch_size=batch_size, on_conflict=on_conflict,
+            priority=priority, headers=headers,
         )  # fmt: skip
 
     async def send_at(

@@ -20,8 +20,8 @@ SendOutcome = Literal["created", "kept", "replaced", "reserved"]
 
 
 class SendResult(str):
-    """What ``send``, ``send_delayed`` and ``send_at`` return: the task id (a ``str``, so it
-    is used as one), with what the send did in :attr:`outcome`.
+    """What ``send``, ``send_delayed`` and ``send_at`` return (``send_many``: one per task):
+    the task id (a ``str``, so it is used as one), with what the send did in :attr:`outcome`.
 
     ``outcome`` is one of:
 

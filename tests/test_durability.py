@@ -98,6 +98,19 @@ async def test_durable_sends_are_on_the_replica_when_they_return(
     assert missing == []
 
 
+async def test_a_durable_send_many_replaces_and_reports_each_outcome(
+    durable: Queue, replica: RedisServer
+) -> None:
+    await durable.send_delayed("t", {"n": 0}, 60, task_id="waiting")
+    sent = await durable.send_many(
+        "t", [{"n": 1}, {"n": 2}, {"n": 3}], task_ids=["waiting", "new", "new"],
+        delay=60, on_conflict="replace", batch_size=2,
+    )  # fmt: skip
+    assert [s.outcome for s in sent] == ["replaced", "created", "replaced"]
+    assert (await durable.get("t", "new")).body == {"n": 3}  # type: ignore[union-attr]
+    assert on_replica(replica, durable, "t", "new") is not None
+
+
 async def test_replica_down_raises_not_durable_but_the_task_is_stored(
     durable: Queue, impatient: Queue, primary: RedisServer, replica: RedisServer
 ) -> None:

@@ -1,8 +1,8 @@
 """Model-based test: the real Lua scripts on the session Redis against a plain-Python model.
 
-Hypothesis drives send (keeping or replacing a live id, with or without a priority, so that
-some tasks wait in the priority structures and leases interleave them with the schedule) /
-cancel / reschedule / reserve /
+Hypothesis drives send and send_many (keeping or replacing a live id, with or without a
+priority, so that some tasks wait in the priority structures and leases interleave them with
+the schedule; a batch may repeat an id and span several script calls) / cancel / reschedule / reserve /
 ack / nack (retry, dead, release) / extend / lease expiry / replay over two topics and a
 few fixed task ids, so ids collide (idempotent sends, replacements, re-sending a dead id,
 stale fencing tokens).  After every
@@ -232,6 +232,52 @@ class QueueMachine(RuleBasedStateMachine):
         task.due = self.due(topic, task_id)
         assert before + delay * 1000 <= task.due <= after + delay * 1000
         self.tasks[key] = task
+
+    @rule(
+        topic=topics,
+        sends=st.lists(st.tuples(task_ids, delays, st.integers(0, 99)), min_size=1, max_size=4),
+        max_attempts=st.sampled_from([None, 2]),
+        ttr=st.sampled_from([None, TASK_TTR_S]),
+        replace=st.booleans(),
+        priority=st.sampled_from([0, 0, 3, -2]),
+        batch_size=st.sampled_from([500, 2, 1]),
+    )
+    def send_many(
+        self,
+        topic: str,
+        sends: list[tuple[str, int, int]],
+        max_attempts: int | None,
+        ttr: int | None,
+        replace: bool,
+        priority: int,
+        batch_size: int,
+    ) -> None:
+        """A batch (ids may repeat) acts as its sends one by one, in the order given."""
+        before = self.now()
+        sending = self.queue.send_many(
+            topic, [{"v": body} for _, _, body in sends], delay=[d for _, d, _ in sends],
+            task_ids=[task_id for task_id, _, _ in sends], ttr=ttr, max_attempts=max_attempts,
+            on_conflict="replace" if replace else "keep", priority=priority,
+            batch_size=batch_size,
+        )  # fmt: skip
+        results = self.run(sending)
+        after = self.now()
+        assert results == [task_id for task_id, _, _ in sends]
+        stored_with: dict[str, int] = {}  # id -> the delay of the send that stored it last
+        for (task_id, delay, body), sent in zip(sends, results, strict=True):
+            current = self.tasks.get((topic, task_id))
+            expected = "created"
+            if current is not None and current.state != "dead":
+                expected = "kept" if not replace else current.state  # "scheduled" or "reserved"
+            assert sent.outcome == {"scheduled": "replaced"}.get(expected, expected)
+            if expected in ("created", "scheduled"):
+                ttr_ms = None if ttr is None else ttr * 1000
+                self.tasks[topic, task_id] = ModelTask(body, max_attempts, ttr_ms, priority)
+                stored_with[task_id] = delay
+        for task_id, delay in stored_with.items():
+            task = self.tasks[topic, task_id]
+            task.due = self.due(topic, task_id)
+            assert before + delay * 1000 <= task.due <= after + delay * 1000
 
     @precondition(lambda self: self.tasks)
     @rule(data=st.data())

@@ -48,7 +48,7 @@ def waiting_keys(keys: TopicKeys) -> tuple[str, str, str, str]:
 
 
 def send_keys(keys: TopicKeys) -> tuple[str, ...]:
-    """The KEYS of send.lua replacing a task (``on_conflict="replace"``)."""
+    """The KEYS of send.lua and send_many.lua replacing tasks (``on_conflict="replace"``)."""
     return (*waiting_keys(keys), keys.reserved)
 
 
@@ -199,14 +199,16 @@ class Scripts:
         ttr_ms: int,
         tolerance_ms: int,
         priority: int = 0,
+        replace: bool = False,
         durable: DurableSender | None = None,
     ) -> list[int]:
         """Run send_many.lua on three fields per task (id, delay ms, body), every task with
-        the same ``max_attempts``, ``ttr_ms`` (0 = the topic's default) and ``priority``.
+        the same ``max_attempts``, ``ttr_ms`` (0 = the topic's default) and ``priority``;
+        ``replace`` passes the reserved key, which asks the script to replace live tasks.
         Returns a status per task (as ``send``)."""
         reply = await self._write(
             "send_many",
-            waiting_keys(keys),
+            send_keys(keys) if replace else waiting_keys(keys),
             (tolerance_ms, keys.wake_publish, "d", max_attempts, ttr_ms, priority, *fields),
             durable,
             ids=[str(v) for v in fields[::3]],  # ids are str (checked by the queue)

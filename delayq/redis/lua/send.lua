@@ -23,6 +23,7 @@
 --@include _envelope
 --@include _layout
 --@include _priority
+--@include _replace
 local prefix, wheel, dead, errors, reserved = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local max_attempts, ttr, body = ARGV[4], ARGV[5], ARGV[6]
@@ -78,27 +79,21 @@ if header then
   end
   if not redis.call('ZSCORE', dead, id) then
     local e = parse_header(header)
-    local slot = e and e.priority == 0 and slot_of(prefix, wheel, id, e.due)
-    local waiting = slot or (e and e.priority ~= 0 and prio().due(pk, id))
+    local slot, waiting = waiting_place(prefix, wheel, pk, id, e)
     if not replace then
       return { 0, waiting and e.due or 0 }
     end
     if redis.call('ZSCORE', reserved, id) then
       return { 3, 0 }  -- running somewhere: a replacement would race its ack
     end
-    -- Waiting (or a header without a schedule entry, which nothing would ever run): the
-    -- task is replaced whole, as reschedule.lua moves one, its slots checked first.
+    -- Waiting (or a header without a schedule entry): the task is replaced whole
+    -- (_replace.lua), as reschedule.lua moves one, its slots checked first.
     bad = check_slots(prefix, wheel, due, due)
     if bad then
       return bad
     end
-    if slot then
-      redis.call('ZREM', slot_key(prefix, slot), id)
-      forget_if_empty(prefix, wheel, slot)
-    elseif waiting then
-      prio().remove(pk, id, e.due, e.priority)
-    end
-    schedule_changed(prefix, wheel, schedule() - (slot and 1 or 0))
+    local removed = unwait(prefix, wheel, pk, id, e, slot, waiting)
+    schedule_changed(prefix, wheel, schedule() - removed)
     redis.call('HDEL', errors, id)
     redis.call('HSET', bucket_of(prefix, id), id, stored_header(), body_field(id), body)
     return { 2, due }
