@@ -26,6 +26,22 @@ async def queue(redis_url: str, queue_name: str) -> AsyncIterator[Queue]:
 
 
 @pytest.fixture
+async def queues(redis_url: str, queue_name: str) -> AsyncIterator[Callable[[], Queue]]:
+    """``make()`` -> another Queue on the test's queue name (a worker process stand-in),
+    closed at teardown (after the workers of ``start_worker`` when a test asks for this
+    fixture first)."""
+    made: list[Queue] = []
+
+    def make() -> Queue:
+        made.append(Queue.from_url(redis_url, name=queue_name))
+        return made[-1]
+
+    yield make
+    for queue in made:
+        await queue.close()
+
+
+@pytest.fixture
 async def start_worker() -> AsyncIterator[StartWorker]:
     """``await start_worker(queue, concurrency=..., grace=...)`` runs a Worker in the
     background until the test ends (or until the test stops it)."""

@@ -4,7 +4,7 @@ reserve.lua on Redis's clock (the multi-process figures are in tests/faults/test
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -264,20 +264,6 @@ async def test_a_rate_limited_worker_sleeps_until_the_window_reopens(
     for first in started:
         assert sum(first <= t < first + 1_000 for t in started) <= 6
     assert started[-1] - started[0] >= 1_900  # 12 starts at 5/s span two reopenings
-
-
-@pytest.fixture
-async def queues(redis_url: str, queue_name: str) -> AsyncIterator[Callable[[], Queue]]:
-    """``make()`` -> another Queue on the test's queue name, closed after the workers."""
-    made: list[Queue] = []
-
-    def make() -> Queue:
-        made.append(Queue.from_url(redis_url, name=queue_name))
-        return made[-1]
-
-    yield make
-    for queue in made:
-        await queue.close()
 
 
 async def test_a_periodic_topic_with_max_running_1_never_overlaps(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -55,20 +55,6 @@ class Ticks:
 
     def ids(self) -> list[str]:
         return [run[0] for run in self.runs]
-
-
-@pytest.fixture
-async def queues(redis_url: str, queue_name: str) -> AsyncIterator[Callable[[], Queue]]:
-    """``make()`` -> another Queue on the test's queue name (a worker process stand-in)."""
-    made: list[Queue] = []
-
-    def make() -> Queue:
-        made.append(Queue.from_url(redis_url, name=queue_name))
-        return made[-1]
-
-    yield make
-    for queue in made:
-        await queue.close()
 
 
 async def test_each_tick_runs_once_across_workers(
