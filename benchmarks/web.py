@@ -9,7 +9,10 @@
    connections, each looping ``POST .../reserve {"max": --batch}`` then one
    ``POST /api/leases/{token}/ack`` per task: tasks acked per second.
 3. with ``--floor``: the same one-by-one sends to a server that answers 201 and does
-   nothing else (``benchmarks/web_floor.py``): what HTTP alone costs per request here.
+   nothing else (``benchmarks/web_floor.py``): what HTTP alone costs per request here;
+   and to one that also runs one ``send.lua`` per request through a queue's script lane,
+   and nothing else (``web_floor.py --redis``): what HTTP plus a send's Redis round trip
+   cost, the most an HTTP send one request at a time can reach here.
 4. with ``--million``: what the dashboard's topic page asks of a topic of 1,000,000
    delayed tasks (the topic row, a 60-window timeline, 20 upcoming tasks, 20 dead
    letters), as request latency through the API.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -167,12 +171,13 @@ async def topic_page(port: int, queue: Queue, size: int, samples: int) -> dict[s
 
 
 async def measure(
-    args: argparse.Namespace, url: str, port: int, name: str, floor: int | None
+    args: argparse.Namespace, url: str, port: int, name: str, floors: tuple[int, int] | None
 ) -> dict[str, Any]:
     queue = Queue.from_url(url, name=name)
     rates: dict[str, list[float]] = {"python": [], "http_1": [], "http_many": [], "drain": []}
-    if floor:
+    if floors:
         rates["floor_1"] = []
+        rates["floor_send_1"] = []
     try:
         await queue.send("warm", {})  # connect, load the scripts
         await http_sends(port, "warm", 200, 4)
@@ -187,8 +192,9 @@ async def measure(
                     rates["http_many"].append(
                         await http_sends(port, f"hn-{tag}", args.n, args.connections)
                     )
-                    if floor:
-                        rates["floor_1"].append(await http_sends(floor, "t", args.n, 1))
+                    if floors:
+                        rates["floor_1"].append(await http_sends(floors[0], "t", args.n, 1))
+                        rates["floor_send_1"].append(await http_sends(floors[1], "t", args.n, 1))
             await queue.send_many(f"d-{tag}", [{"i": i} for i in range(args.drain)])
             rates["drain"].append(
                 await http_drain(port, f"d-{tag}", args.drain, args.connections, args.batch)
@@ -201,13 +207,12 @@ async def measure(
         ratios = [(one / py, many / py) for py, one, many in per_round]
         result["ratio_http_1"] = round(statistics.median(r[0] for r in ratios), 3)
         result["ratio_http_many"] = round(statistics.median(r[1] for r in ratios), 3)
-        if floor:
-            result["ratio_floor_1"] = round(
-                statistics.median(
-                    f / py for f, py in zip(rates["floor_1"], rates["python"], strict=True)
-                ),
-                3,
-            )
+        for key in ("floor_1", "floor_send_1") if floors else ():
+            ratios_of = [f / py for f, py in zip(rates[key], rates["python"], strict=True)]
+            result[f"ratio_{key}"] = round(statistics.median(ratios_of), 3)
+            result[f"ratio_{key}_rounds"] = [round(r, 3) for r in ratios_of]
+        result["ratio_http_1_rounds"] = [round(r[0], 3) for r in ratios]
+        result["ratio_http_many_rounds"] = [round(r[1], 3) for r in ratios]
         if args.million:
             result |= await topic_page(port, queue, 1_000_000, 50)
         return result
@@ -228,6 +233,7 @@ def main() -> None:
     args = parser.parse_args()
     port = free_port()
     name = f"web{uuid.uuid4().hex[:6]}"
+    load_before = os.getloadavg()
     with RedisServer() as redis_server, tempfile.TemporaryDirectory() as tmp:
         tokens = Path(tmp) / "tokens"
         tokens.write_text(f"admin {TOKEN}\n")
@@ -237,27 +243,31 @@ def main() -> None:
              "--no-access-log"],
             cwd=ROOT,
         )  # fmt: skip
-        floor_port = free_port() if args.floor else None
-        floor = (
+        floors = (free_port(), free_port()) if args.floor else None
+        floor_servers = [
             subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.web_floor", str(floor_port)], cwd=ROOT
+                [sys.executable, "-m", "benchmarks.web_floor", str(p), *extra], cwd=ROOT
             )
-            if floor_port
-            else None
-        )
+            for p, extra in zip(
+                floors or (),
+                ([], ["--redis", redis_server.url, "--name", f"{name}f"]),
+                strict=False,
+            )
+        ]
         try:
-            _wait_for(port)
-            if floor_port:
-                _wait_for(floor_port)
-            result = asyncio.run(measure(args, redis_server.url, port, name, floor_port))
+            for one in (port, *(floors or ())):
+                _wait_for(one)
+            result = asyncio.run(measure(args, redis_server.url, port, name, floors))
         finally:
-            for process in (server, floor):
-                if process is not None:
-                    process.terminate()
-                    process.wait(20)
+            for process in (server, *floor_servers):
+                process.terminate()
+                process.wait(20)
     result |= {
         "n": args.n, "drain": args.drain, "connections": args.connections, "batch": args.batch,
         "rounds": args.rounds, "delayq": delayq.__version__,
+        # Other sessions share this 2-core host: what else ran, as 1/5/15-minute load.
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
     }  # fmt: skip
     emit(result, pretty=args.pretty)
 
