@@ -51,7 +51,8 @@ class CorkedTransport:
 
     uvicorn writes a response's head and its body separately: two system calls, and two
     TCP segments the client wakes for, per request of the API's hot path.  Held until the
-    end of the loop step (``call_soon``) and joined, they are one.  Everything but
+    response is complete (:meth:`flush`, see :func:`http_protocol`) or the end of the loop
+    step (``call_soon``), whichever comes first, and joined, they are one.  Everything but
     writing is the wrapped transport's.
     """
 
@@ -64,6 +65,10 @@ class CorkedTransport:
         if not self._pending:
             self._loop.call_soon(self._flush)
         self._pending.append(bytes(data))
+
+    def flush(self) -> None:
+        """Send what is held now (a response is complete: nothing more of it will come)."""
+        self._flush()
 
     def writelines(self, lines: Any) -> None:
         for data in lines:
@@ -84,6 +89,11 @@ class CorkedTransport:
         self._flush()
         self._transport.write_eof()
 
+    def is_closing(self) -> bool:
+        # Defined, not left to __getattr__: uvicorn asks once per response, and a name
+        # found only by __getattr__ costs an AttributeError raised and caught first.
+        return self._transport.is_closing()
+
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
 
@@ -101,8 +111,15 @@ def http_protocol() -> type[asyncio.Protocol] | str:
 
     class Corked(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            corked = CorkedTransport(cast("asyncio.Transport", transport), self.loop)
-            super().connection_made(cast("asyncio.Transport", corked))
+            self.corked = CorkedTransport(cast("asyncio.Transport", transport), self.loop)
+            super().connection_made(cast("asyncio.Transport", self.corked))
+
+        def on_response_complete(self) -> None:
+            # The response's last byte is written: send it now rather than at the next
+            # step of the loop (one poll of the loop later), so that the client has it
+            # while the request's task unwinds.
+            self.corked.flush()
+            super().on_response_complete()
 
     return Corked
 
