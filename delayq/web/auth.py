@@ -65,6 +65,8 @@ class Tokens:
                     f"scopes must be some of {', '.join(sorted(SCOPES))}, got {sorted(wanted)}"
                 )
             self._entries.append((_digest(token), wanted))
+        self._matched: dict[str, bytes] = {}
+        """Presented tokens that matched a configured one -> their digest (see scopes_of)."""
 
     @classmethod
     def parse(cls, text: str, *, source: str = "tokens") -> Tokens:
@@ -112,11 +114,20 @@ class Tokens:
         """
         if presented is None:
             return frozenset()
-        digest = _digest(presented)
+        # A token that matched before is not hashed again (SHA-256 is a measurable part of
+        # an HTTP send's cost).  Only configured tokens are kept, so the dict stays as small
+        # as the token file, and looking a guess up in it tells nothing of how close it
+        # was: strings are compared only once their salted 64-bit hashes are equal.  The
+        # comparison with every configured token below stays, whatever was found.
+        digest = self._matched.get(presented)
+        if digest is None:
+            digest = _digest(presented)
         granted: set[str] = set()
         for known, scopes in self._entries:
             if hmac.compare_digest(digest, known):
                 granted |= scopes
+        if granted and len(self._matched) < len(self._entries):
+            self._matched[presented] = digest
         if "admin" in granted:
             return SCOPES
         return frozenset(granted)

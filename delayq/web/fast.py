@@ -209,7 +209,7 @@ def _parse(model: type[BaseModel], raw: bytes, required: bool, content_type: str
         kind = [{"loc": ("body",), "msg": "not JSON", "type": "model_attributes_type"}]
         raise RequestValidationError(kind)
     try:
-        return model.model_validate_json(raw)
+        return model.__pydantic_validator__.validate_json(raw)  # model_validate_json's work
     except ValidationError as exc:
         if raw.strip() == b"null":
             if required:

@@ -109,6 +109,19 @@ def test_token_files_and_variables(tmp_path: object, monkeypatch: pytest.MonkeyP
     assert tokens().scopes_of(TOKENS["read"]) == {"read"}
 
 
+def test_a_token_seen_before_grants_the_same_and_nothing_else() -> None:
+    """Tokens that matched are remembered (not hashed again); guesses are not, and a
+    remembered token grants exactly its scopes again."""
+    parsed = Tokens.parse("read,produce aaaaaaaaaaaaaaaa1\nconsume bbbbbbbbbbbbbbbb2\n")
+    for _ in range(3):
+        assert parsed.scopes_of("aaaaaaaaaaaaaaaa1") == {"read", "produce"}
+        assert parsed.scopes_of("aaaaaaaaaaaaaaaa2") == frozenset()
+        assert parsed.scopes_of("bbbbbbbbbbbbbbbb2") == {"consume"}
+    for guess in (f"guess-{n:011d}" for n in range(100)):
+        assert parsed.scopes_of(guess) == frozenset()
+    assert len(parsed._matched) == 2
+
+
 @pytest.mark.parametrize(
     "text",
     ["read short", "read", "read a b", "write aaaaaaaaaaaaaaaa1", ",  aaaaaaaaaaaaaaaa1",
