@@ -377,7 +377,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios",
-        help=f"comma-separated scenarios (default: {','.join(DEFAULT_SCENARIOS)}; also: scale)",
+        help=f"comma-separated scenarios (default: {','.join(DEFAULT_SCENARIOS)}; "
+        "also: scale, cluster)",
     )
     parser.add_argument("--no-chart", action="store_true", help="skip the chart")
     parser.add_argument(
@@ -392,6 +393,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.libs = _pick(args.only, list(RUNNABLE), "library", list(PEERS))
     args.scenarios = _pick(args.scenarios, list(scenarios.SCENARIOS), "scenario", DEFAULT_SCENARIOS)
+    if not args.only and all(scenarios.SCENARIOS[name].once for name in args.scenarios):
+        # Only once-per-round scenarios (ceiling, cluster): no library's runner is needed,
+        # nor a chart of the libraries.
+        args.libs, args.no_chart = [], True
     args.rounds = args.rounds or (1 if args.quick else 3)
     return args
 
@@ -433,7 +438,7 @@ def run_rounds(ctx: Context, args: argparse.Namespace) -> dict[str, Any]:
             for lib in targets:
                 if lib is not None and name not in (ctx.peers[lib]["scenarios"] or [name]):
                     continue
-                key = lib or scenarios.CEILING_KEY
+                key = lib or scenario.key
                 label = f"[round {round_index + 1}/{args.rounds}] {name:<8} {key:<10}"
                 print(label, end=" ", flush=True)
                 started = time.monotonic()
