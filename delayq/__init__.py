@@ -27,7 +27,9 @@ from delayq.errors import (
     RedisOutOfMemoryError,
     RedisUnavailableError,
     Retry,
+    ShardCountError,
     UnsupportedRedisError,
+    UnsupportedShardingError,
 )
 from delayq.events import Hooks, Sending, TaskEvent
 from delayq.hooks import CallNext, Middleware
@@ -71,6 +73,7 @@ __all__ = [
     "RedisCommandError",
     "RedisOutOfMemoryError",
     "RedisUnavailableError",
+    "ShardCountError",
     "Retry",
     "SendOutcome",
     "SendResult",
@@ -84,6 +87,7 @@ __all__ = [
     "Topic",
     "TopicStats",
     "UnsupportedRedisError",
+    "UnsupportedShardingError",
     "UpcomingPage",
     "UpcomingTask",
     "Worker",

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from delayq.duration import Duration, to_millis, to_seconds
 from delayq.errors import InvalidDurationError, InvalidInputError, LeaseLostError
 from delayq.events import Hooks, TaskEvent
-from delayq.redis.keys import check_task_id, check_topic, wake_pattern
+from delayq.redis.keys import check_task_id, check_topic, shard_wake_pattern, wake_pattern
 from delayq.redis.wakeup import Signal, WakeupHub
 from delayq.task import Envelope, from_millis
 from delayq.worker.execution import MAX_ERROR_CHARS
@@ -44,7 +44,9 @@ if TYPE_CHECKING:
 
     from delayq.events import EventKind
     from delayq.redis.keys import TopicKeys
+    from delayq.redis.replies import Reservation
     from delayq.redis.scripts import Scripts
+    from delayq.shards import ShardMap
     from delayq.topic import TopicOptions
 
 log = logging.getLogger("delayq")
@@ -143,6 +145,8 @@ class Consumer:
         hooks: the queue's hooks: its event listeners are told what this consumer's leases
             became, as a worker's deliveries (``delivered`` at the lease, ``acked``,
             ``retried``, ``dead``, ``lease_lost``, ``expired``), each with ``consumer`` set.
+        shards: routes a sharded topic's leases (each shard in turn) and its lease tokens
+            (by task id, as every call by id) to their shards.
     """
 
     def __init__(
@@ -154,8 +158,11 @@ class Consumer:
         keys: Callable[[str], TopicKeys],
         options: Callable[[str], TopicOptions],
         hooks: Hooks | None = None,
+        shards: ShardMap | None = None,
     ) -> None:
         self._hooks = hooks if hooks is not None else Hooks()
+        self._shards = shards
+        self._turn: dict[str, int] = {}  # the shard a sharded topic's next lease starts at
         self._redis = redis
         self._scripts = scripts
         self._queue = queue
@@ -194,38 +201,80 @@ class Consumer:
         ttr_ms = options.ttr_ms if ttr is None else to_millis(ttr, name="ttr", allow_zero=False)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_s
-        signal = await self._signal(keys.wake, wait_s) if wait_s > 0 else None
+        every = await self._every(topic, keys)
+        channels = [k.wake for k in every]
+        signal = await self._signal(channels, wait_s) if wait_s > 0 else None
         while True:
             woken = signal.watch() if signal is not None else None  # before looking
+            found = await self._reserve(topic, every, limit, ttr_ms, options.max_attempts)
+            left = give_up - loop.time()
+            leased_any = any(f.items for f in found)
+            if leased_any or woken is None or left <= 0:
+                tasks = []
+                for reply in found:
+                    now_ms = reply.now_us // 1000
+                    for task_id, raw in reply.items:
+                        tasks.append(self._leased(topic, task_id, raw, now_ms, ttr_ms, options))
+                return tasks
+            pause = min(left, IDLE_RECHECK)
+            for reply in found:
+                if reply.next_ms >= 0:
+                    pause = min(pause, (reply.next_ms * 1000 - reply.now_us) / 1e6)
+            if pause > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await woken.wait()
+
+    async def _every(self, topic: str, keys: TopicKeys) -> list[TopicKeys]:
+        """Every shard of ``topic`` (``keys``, shard 0's, for an unsharded one)."""
+        if self._shards is None:
+            return [keys]
+        count = self._shards.counts.get(topic) or await self._shards.count(topic)
+        return [keys] if count == 1 else self._shards.of(topic, count)
+
+    async def _reserve(
+        self, topic: str, every: list[TopicKeys], limit: int, ttr_ms: int, max_attempts: int
+    ) -> list[Reservation]:
+        """Lease up to ``limit`` tasks from the shards in ``every``, starting at the shard
+        after the one the previous lease of ``topic`` started at (no shard is always last)."""
+        start = self._turn.get(topic, 0) % len(every)
+        if len(every) > 1:
+            self._turn[topic] = start + 1
+        replies: list[Reservation] = []
+        wanted = limit
+        for n in range(len(every)):
             found = await self._scripts.reserve_reporting(
-                keys, limit=limit, reclaim=MAX_RECLAIM, ttr_ms=ttr_ms,
-                max_attempts=options.max_attempts,
+                every[(start + n) % len(every)], limit=wanted, reclaim=MAX_RECLAIM,
+                ttr_ms=ttr_ms, max_attempts=max_attempts,
             )  # fmt: skip
             if found.skipped:
                 log_skipped(topic, found.skipped)
             if found.reclaimed and self._hooks.listeners:
                 tell_reclaimed(self._hooks, topic, found.reclaimed)
-            left = give_up - loop.time()
-            if found.items or woken is None or left <= 0:
-                now_ms = found.now_us // 1000
-                tasks = []
-                for task_id, raw in found.items:
-                    envelope = Envelope.parse(raw)  # reserve.lua already checked the header
-                    tasks.append(leased(topic, task_id, envelope, now_ms, ttr_ms, options))
-                    if self._hooks.listeners:
-                        self._hooks.emit(TaskEvent(
-                            "delivered", topic, task_id, envelope.attempts,
-                            lateness=(now_ms - envelope.due_ms) / 1000,
-                            headers=envelope.headers, due_ms=envelope.due_ms, consumer=True,
-                        ))  # fmt: skip
-                return tasks
-            pause = min(left, IDLE_RECHECK)
-            if found.next_ms >= 0:
-                pause = min(pause, (found.next_ms * 1000 - found.now_us) / 1e6)
-            if pause > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(pause):
-                        await woken.wait()
+            replies.append(found)
+            wanted -= len(found.items)
+            if not wanted:
+                break
+        return replies
+
+    def _leased(
+        self, topic: str, task_id: str, raw: bytes, now_ms: int, ttr_ms: int,
+        options: TopicOptions,
+    ) -> LeasedTask:  # fmt: skip
+        envelope = Envelope.parse(raw)  # reserve.lua already checked the header
+        if self._hooks.listeners:
+            self._hooks.emit(TaskEvent(
+                "delivered", topic, task_id, envelope.attempts,
+                lateness=(now_ms - envelope.due_ms) / 1000,
+                headers=envelope.headers, due_ms=envelope.due_ms, consumer=True,
+            ))  # fmt: skip
+        return leased(topic, task_id, envelope, now_ms, ttr_ms, options)
+
+    async def _route(self, handle: LeaseHandle) -> TopicKeys:
+        """The shard holding a lease's task (found from its id, as every call by id)."""
+        if self._shards is None:
+            return self._keys(handle.topic)
+        return await self._shards.route(handle.topic, handle.task_id)
 
     async def ack(self, lease_token: str) -> None:
         """Finish the leased task: it is deleted.
@@ -236,7 +285,7 @@ class Consumer:
                 leased again, or it was already acked or nacked): nothing changed.
         """
         handle = LeaseHandle.parse(lease_token)
-        keys = self._keys(handle.topic)
+        keys = await self._route(handle)
         cap = self._options(handle.topic).history  # recorded as ended now, start unknown
         lease = (handle.task_id, handle.fencing_token, ",")[: 3 if cap else 2]
         (acked,) = await self._scripts.ack(keys, [lease], history=cap)
@@ -267,7 +316,7 @@ class Consumer:
             LeaseLostError: the lease is no longer held: nothing changed.
         """
         handle = LeaseHandle.parse(lease_token)
-        keys = self._keys(handle.topic)
+        keys = await self._route(handle)
         options = self._options(handle.topic)
         if delay is None:
             delay = options.backoff.delay(handle.attempt)
@@ -295,7 +344,7 @@ class Consumer:
             LeaseLostError: the lease is no longer held: nothing changed.
         """
         handle = LeaseHandle.parse(lease_token)
-        keys = self._keys(handle.topic)
+        keys = await self._route(handle)
         ms = to_millis(seconds, name="seconds", allow_zero=False)
         deadline = await self._scripts.extend(keys, handle.task_id, handle.fencing_token, ms)
         if not deadline:
@@ -317,15 +366,17 @@ class Consumer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _signal(self, channel: str, within: float) -> Signal:
-        """The wake-up signal of ``channel``, once the queue's subscription is confirmed
-        (waiting at most ``within`` s; after that the lease sleeps by the schedule alone)."""
+    async def _signal(self, channels: list[str], within: float) -> Signal:
+        """The wake-up signal of ``channels`` (a topic's shards share one), once the
+        queue's subscription is confirmed (waiting at most ``within`` s; after that the
+        lease sleeps by the schedule alone)."""
         hub, task = self._hub, self._hub_task
         loop = asyncio.get_running_loop()
         if hub is None or task is None or task.done() or task.get_loop() is not loop:
-            hub = self._hub = WakeupHub(self._redis, wake_pattern(self._queue))
+            patterns = (wake_pattern(self._queue), shard_wake_pattern(self._queue))
+            hub = self._hub = WakeupHub(self._redis, *patterns)
             task = self._hub_task = loop.create_task(hub.run(), name="delayq-wakeup-hub")
-        signal = hub.signal(channel)  # first: on a cluster it subscribes to the channel
+        signal = hub.signal(*channels)  # first: on a cluster it subscribes to the channels
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(within):
                 await hub.subscribed.wait()

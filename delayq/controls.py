@@ -13,10 +13,13 @@ if TYPE_CHECKING:
 
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
+    from delayq.shards import ShardMap
 
 
 class ControlledQueue(Protocol):
     """What the controls need from the queue that inherits them."""
+
+    shards: ShardMap
 
     @property
     def scripts(self) -> Scripts:
@@ -37,12 +40,15 @@ class TopicControls:
 
         Takes effect at each worker's next lease (tasks already leased run to the end) and
         holds across worker restarts: the pause is stored in Redis.  Sends are still
-        accepted; ``stats()`` and ``get()`` show the pause.
+        accepted; ``stats()`` and ``get()`` show the pause.  A sharded topic is paused
+        shard by shard (each shard's ``controls`` hash).
         """
-        await self.scripts.control(self.keys(topic), {"paused": "1"})
+        for keys in await self.shards.every(topic):
+            await self.scripts.control(keys, {"paused": "1"})
         await self.announce([topic])  # so that stats() lists it, tasks or not
 
     async def resume(self: ControlledQueue, topic: str) -> None:
         """Let ``topic``'s tasks be leased again after :meth:`pause`; its workers are woken
         at once (a topic that is not paused is left as it is)."""
-        await self.scripts.control(self.keys(topic), {"paused": ""})
+        for keys in await self.shards.every(topic):
+            await self.scripts.control(keys, {"paused": ""})

@@ -9,12 +9,14 @@ The tree::
     │   ├── InvalidScheduleError             a periodic topic's cron, interval, time zone or catch_up
     │   ├── BodyTooLargeError                encoded body over the size limit
     │   ├── BodyValidationError              body not JSON-serialisable or not valid for the topic's model
-    │   └── InvalidHeadersError              task headers that are not small str -> str maps
+    │   ├── InvalidHeadersError              task headers that are not small str -> str maps
+    │   └── UnsupportedShardingError         shards > 1 with a fleet-wide limit or a schedule
     ├── RedisUnavailableError (also ConnectionError)   Redis cannot be reached or is loading
     ├── RedisAuthError                       Redis refused our credentials or an ACL denied a command
     ├── RedisOutOfMemoryError                Redis is at maxmemory and refused a write
     ├── UnsupportedRedisError                the server is too old for delayq's scripts
     ├── RedisCommandError                    any other error reply from Redis
+    ├── ShardCountError                      a topic's declared shard count differs from the stored one
     ├── NotDurableError                      a durable send is stored, but too few replicas confirmed it
     ├── LeaseLostError                       Task.extend after the lease was lost (acks/nacks: logged)
     ├── AppImportError                       `delayq worker module:attr` could not load a Queue
@@ -64,6 +66,19 @@ class BodyValidationError(InvalidInputError):
 class InvalidHeadersError(InvalidInputError):
     """Raised for task headers that are not a mapping of valid names to strings without
     control characters, or that are too many or too large (``delayq.headers``)."""
+
+
+class UnsupportedShardingError(InvalidInputError):
+    """Raised by ``@queue.topic(name, shards=N)`` with N > 1 together with ``rate_limit``
+    or ``max_running`` (a limit shared by the shards is not built yet), and by
+    ``@queue.periodic`` on a topic with shards (a schedule is one chain, in one shard)."""
+
+
+class ShardCountError(DelayqError):
+    """Raised before a topic's first use in a process (a send, a lookup, a worker's start)
+    when the shard count it was declared with differs from the one recorded in Redis while
+    the topic holds tasks.  Nothing was written.  See docs/cluster.md, "Changing a topic's
+    shard count": drain the topic with the old count first."""
 
 
 class RedisUnavailableError(DelayqError, ConnectionError):

@@ -3,6 +3,8 @@ schedule's pages (``Queue`` inherits them, as it inherits the controls)."""
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 from typing import TYPE_CHECKING, Protocol
 
 from delayq.errors import InvalidInputError
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
     from delayq.duration import Duration
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
+    from delayq.shards import ShardMap
 
 
 class ManagedQueue(Protocol):
@@ -26,6 +29,7 @@ class ManagedQueue(Protocol):
 
     name: str
     redis: Redis
+    shards: ShardMap
 
     @property
     def scripts(self) -> Scripts:
@@ -43,7 +47,8 @@ class TaskManagement:
 
     async def get(self: ManagedQueue, topic: str, task_id: str) -> TaskInfo | None:
         """Look a task up by id. Returns None once it was acked or cancelled, or if unknown."""
-        found = await self.scripts.get(self.keys(topic), check_task_id(task_id))
+        task_id = check_task_id(task_id)
+        found = await self.scripts.get(await self.shards.route(topic, task_id), task_id)
         if found is None:
             return None
         state, score = found.state, found.score_ms
@@ -63,15 +68,23 @@ class TaskManagement:
         self: ManagedQueue, topics: Iterable[str] | None = None
     ) -> dict[str, TopicStats]:
         """Count tasks per state for every topic of this queue (or of ``topics``) that holds
-        any, or that is paused or limited (with its controls)."""
+        any, or that is paused or limited (with its controls); a sharded topic's counts are
+        the sums over its shards, its controls shard 0's (pause applies to every shard)."""
         names = await self.topic_names() if topics is None else [check_topic(t) for t in topics]
         result: dict[str, TopicStats] = {}
         for topic in names:
-            c = await self.scripts.stats(self.keys(topic))
+            every = await self.shards.every(topic)
+            if len(every) == 1:
+                shares = [await self.scripts.stats(every[0])]
+            else:
+                shares = await asyncio.gather(*(self.scripts.stats(k) for k in every))
+            c = shares[0]
+            delayed, ready = sum(s.delayed for s in shares), sum(s.ready for s in shares)
+            reserved, dead = sum(s.reserved for s in shares), sum(s.dead for s in shares)
             controlled = c.paused or c.rate_limit or c.max_running
-            if c.delayed or c.ready or c.reserved or c.dead or controlled:
+            if delayed or ready or reserved or dead or controlled:
                 result[topic] = TopicStats(
-                    delayed=c.delayed, ready=c.ready, reserved=c.reserved, dead=c.dead,
+                    delayed=delayed, ready=ready, reserved=reserved, dead=dead,
                     paused=c.paused, rate_limit=c.rate_limit, max_running=c.max_running,
                 )  # fmt: skip
         return result
@@ -79,10 +92,19 @@ class TaskManagement:
     async def dead_letters(
         self: ManagedQueue, topic: str, limit: int = 100, offset: int = 0
     ) -> list[TaskInfo]:
-        """List a topic's dead letters, oldest first, with their last error."""
+        """List a topic's dead letters, oldest first, with their last error (of a sharded
+        topic: each shard's first ``offset + limit``, merged by time of death)."""
         if not (isinstance(limit, int) and isinstance(offset, int) and limit >= 1 and offset >= 0):
             raise InvalidInputError("limit must be >= 1 and offset >= 0")
-        _now, rows = await self.scripts.dead_letters(self.keys(topic), offset=offset, limit=limit)
+        every = await self.shards.every(topic)
+        if len(every) == 1:
+            _now, rows = await self.scripts.dead_letters(every[0], offset=offset, limit=limit)
+        else:
+            pages = await asyncio.gather(*(
+                self.scripts.dead_letters(k, offset=0, limit=offset + limit) for k in every
+            ))  # fmt: skip
+            merged = heapq.merge(*(page[1] for page in pages), key=lambda r: (r[3], r[0]))
+            rows = list(merged)[offset : offset + limit]
         return [
             stored_task_info(topic, task_id, "dead", raw, error, died, None, from_millis(died))
             for task_id, raw, error, died in rows
@@ -97,7 +119,8 @@ class TaskManagement:
         page; if the task it names has left the schedule since, the next page starts after
         its due time (so tasks due in that same millisecond may be skipped).
         """
-        return await upcoming(self.scripts, self.keys(topic), limit=limit, cursor=cursor)
+        every = await self.shards.every(topic)
+        return await upcoming(self.scripts, every, limit=limit, cursor=cursor)
 
     async def timeline(
         self: ManagedQueue, topic: str, *, window: Duration = 60, windows: int = 60
@@ -105,7 +128,8 @@ class TaskManagement:
         """How many tasks of ``topic`` fall due in each of the next ``windows`` (1..240)
         windows of ``window`` seconds, and how many are due already.  Costs Redis
         O(windows * log(tasks)); a window of over ~2,000 tasks is estimated (flagged)."""
-        return await timeline(self.scripts, self.keys(topic), window=window, windows=windows)
+        every = await self.shards.every(topic)
+        return await timeline(self.scripts, every, window=window, windows=windows)
 
     async def replay(self: ManagedQueue, topic: str, task_id: str) -> bool:
         """Move a dead-lettered task back to ready (due now), its attempts reset.
@@ -113,4 +137,5 @@ class TaskManagement:
         Returns:
             True if the task was dead and is now ready again.
         """
-        return await self.scripts.replay(self.keys(topic), check_task_id(task_id))
+        task_id = check_task_id(task_id)
+        return await self.scripts.replay(await self.shards.route(topic, task_id), task_id)

@@ -18,7 +18,7 @@ from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, 
 from delayq.events import Sending, TaskEvent
 from delayq.headers import check_headers, encode_headers
 from delayq.ids import new_task_id, new_task_ids
-from delayq.redis.keys import check_task_id, topics_key
+from delayq.redis.keys import check_task_id, shard_of, topics_key
 from delayq.redis.scripts import SEND_STATUS
 from delayq.redis.translate import redis_errors
 from delayq.task import SendResult, from_millis
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from delayq.redis.durability import DurableSender
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
+    from delayq.shards import ShardMap
     from delayq.topic import OnConflict
 
 log = logging.getLogger("delayq")
@@ -57,6 +58,7 @@ class Producer:
         past_tolerance_ms: how far in the past an absolute time may be and still run.
         durable: waits for replicas after each send, when the queue asks for it.
         hooks: the queue's send hooks and event listeners.
+        shards: routes a task of a sharded topic to its shard.
     """
 
     def __init__(
@@ -71,8 +73,10 @@ class Producer:
         past_tolerance_ms: int,
         durable: DurableSender | None,
         hooks: Hooks,
+        shards: ShardMap,
     ) -> None:
         self._redis = redis
+        self._shards = shards
         self._hooks = hooks
         self.scripts = scripts
         self._queue = queue
@@ -99,6 +103,8 @@ class Producer:
         """Send one task due ``value_ms`` from now, or at Unix ms ``value_ms`` (``absolute``)."""
         keys = self._keys(topic)
         task_id = new_task_id() if task_id is None else check_task_id(task_id)
+        if self._shards.counts.get(topic) != 1:  # unresolved yet, or sharded
+            keys = await self._shards.route(topic, task_id)
         ttr_ms, attempts = task_overrides(ttr, max_attempts)
         replace = check_on_conflict(on_conflict)
         priority = check_priority(priority)
@@ -172,7 +178,11 @@ class Producer:
         delays_ms = [to_millis(one_delay, name="delay") for one_delay in delays]
         encoded = [encode_body(topic, body, adapter, self._max_body_bytes) for body in items]
         order = schedule_order(ids, delays_ms)
+        count = self._shards.counts.get(topic) or await self._shards.count(topic)
+        if count > 1:  # one script call per shard (and batch), each share in schedule order
+            order.sort(key=lambda n: shard_of(ids[n], count))  # stable
         sent_ids = [ids[n] for n in order]
+        parts = self._parts(topic, keys, sent_ids, count)
         given = check_headers(headers)
         statuses: list[int] = []
 
@@ -182,11 +192,16 @@ class Producer:
             fields: list[str | int | bytes] = []
             for n in order:
                 fields += (ids[n], delays_ms[n], prefix + encoded[n] if prefix else encoded[n])
-            send = functools.partial(
-                self.scripts.send_many, keys, max_attempts=attempts, ttr_ms=ttr_ms,
-                tolerance_ms=self._past_tolerance_ms, priority=priority, replace=replace,
-            )  # fmt: skip
-            statuses = await self._store_batches(topic, send, fields, sent_ids, batch_size)
+            statuses = []
+            for shard, start, end in parts:
+                send = functools.partial(
+                    self.scripts.send_many, shard, max_attempts=attempts, ttr_ms=ttr_ms,
+                    tolerance_ms=self._past_tolerance_ms, priority=priority, replace=replace,
+                )  # fmt: skip
+                share = fields if len(parts) == 1 else fields[3 * start : 3 * end]
+                statuses += await self._store_batches(
+                    topic, send, share, sent_ids[start:end], batch_size
+                )
 
         if self._hooks.send_hooks and ids:
             given = (sending := Sending(self._queue, topic, sent_ids, given)).headers
@@ -197,6 +212,23 @@ class Producer:
             self._hooks.emit(TaskEvent("sent", topic, sent_ids[0], count=stored))
         await self.announce_quietly(topic)
         return send_results(ids, order, statuses)
+
+    def _parts(
+        self, topic: str, keys: TopicKeys, sent_ids: list[str], count: int
+    ) -> list[tuple[TopicKeys, int, int]]:
+        """The shards ``send_many`` writes to, each with its share of ``sent_ids`` (grouped
+        by shard) as [start, end); one part, the whole, for an unsharded topic."""
+        if count == 1:
+            return [(keys, 0, len(sent_ids))]
+        every = self._shards.of(topic, count)
+        parts: list[tuple[TopicKeys, int, int]] = []
+        start = 0
+        for end in range(1, len(sent_ids) + 1):
+            shard = shard_of(sent_ids[start], count)
+            if end == len(sent_ids) or shard_of(sent_ids[end], count) != shard:
+                parts.append((every[shard], start, end))
+                start = end
+        return parts
 
     async def _store_batches(
         self,
@@ -231,7 +263,7 @@ class Producer:
 
     async def cancel(self, topic: str, task_id: str) -> bool:
         """Run cancel.lua (see ``Queue.cancel``) and tell the listeners."""
-        cancelled = await self.scripts.cancel(self._keys(topic), task_id)
+        cancelled = await self.scripts.cancel(await self._shards.route(topic, task_id), task_id)
         if cancelled and self._hooks.listeners:
             self._hooks.emit(TaskEvent("cancelled", topic, task_id))
         return cancelled

@@ -21,6 +21,7 @@ from delayq.redis.durability import ClusterDurableSender, Durability, durable_se
 from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic
 from delayq.redis.scripts import Scripts
 from delayq.registry import HandlerRegistry
+from delayq.shards import ShardMap
 from delayq.topic import Topic, TopicOptions
 from delayq.worker import Worker
 
@@ -87,6 +88,11 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         self.hooks = Hooks()  # send hooks and event listeners for extensions (docs/api.md)
         self.history = History(self.redis, self.keys)  # finished tasks and activity of a topic
         self._keys: dict[str, TopicKeys] = {}
+        self.shards = ShardMap(
+            self.name, lambda: self.scripts, self.keys, self._declared_shards,
+            sharded_wake=self._cluster,
+        )  # fmt: skip
+        """Which shard holds a task of a sharded topic (:class:`~delayq.shards.ShardMap`)."""
         self._owns_client = False
         self._use_scripts(Scripts(self.redis))
 
@@ -95,11 +101,11 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         self._producer = Producer(
             self.redis, scripts, queue=self.name, keys=self.keys, adapter=self._adapter,
             max_body_bytes=self.max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,
-            durable=self._durable, hooks=self.hooks,
+            durable=self._durable, hooks=self.hooks, shards=self.shards,
         )  # fmt: skip
         self.consumer = Consumer(
             self.redis, scripts, queue=self.name, keys=self.keys, options=self.topic_options,
-            hooks=self.hooks,
+            hooks=self.hooks, shards=self.shards,
         )  # fmt: skip
         """Lease, ack, nack and extend tasks without a handler (:class:`~delayq.consumer.Consumer`)."""
 
@@ -196,6 +202,24 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
                 self.name, check_topic(topic), sharded_wake=self._cluster
             )
         return keys
+
+    def shard_keys(self, topic: str) -> list[TopicKeys]:
+        """The key names of every shard of registered ``topic``, as declared here."""
+        return self.shards.of(topic, self.topics[topic].options.shards)
+
+    async def check_shards(self, topics: Iterable[str]) -> None:
+        """Resolve the shard count of ``topics`` now (a worker's start), not at first use.
+
+        Raises:
+            ShardCountError: a declared count differs from the one recorded in Redis while
+                the topic holds tasks.
+        """
+        for topic in topics:
+            await self.shards.count(topic)
+
+    def _declared_shards(self, topic: str) -> int | None:
+        registered = self.topics.get(topic)
+        return registered.options.shards if registered else None
 
     def topic_options(self, topic: str) -> TopicOptions:
         """The options of ``topic``: its registered handler's, else the defaults."""
@@ -370,8 +394,9 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
             raise InvalidInputError("reschedule takes exactly one of delay= or at=")
         absolute = at is not None
         value_ms = to_epoch_millis(at) if at is not None else to_millis(delay or 0, name="delay")
+        task_id = check_task_id(task_id)
         status, when = await self.scripts.reschedule(
-            self.keys(topic), check_task_id(task_id), absolute=absolute, value_ms=value_ms,
+            await self.shards.route(topic, task_id), task_id, absolute=absolute, value_ms=value_ms,
             tolerance_ms=self.past_tolerance_ms,
         )  # fmt: skip
         if status < 0:

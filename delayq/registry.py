@@ -84,6 +84,7 @@ class HandlerRegistry:
         rate_limit: str | None = None,
         max_running: int | None = None,
         history: int = 0,
+        shards: int = 1,
     ) -> TopicDecorator:
         """Register the decorated ``async def`` handler for topic ``name``.
 
@@ -99,13 +100,22 @@ class HandlerRegistry:
                 every worker.  Both are enforced in Redis (see docs/controls.md).
             history: keep the last N finished tasks and an hour of activity
                 (``queue.history``; docs/observability.md); 0 keeps none.
+            shards: spread the topic's tasks over this many hash tags (1..1024), so that on a
+                Redis Cluster one topic uses every master (docs/cluster.md).  A task's shard
+                is ``zlib.crc32(task_id) % shards``; order (due time, priority) holds per
+                shard.  Recorded in Redis: a process declaring another count while the topic
+                holds tasks gets :class:`~delayq.ShardCountError`.
 
         Returns:
             A decorator turning the handler into a :class:`Topic` handle.
+
+        Raises:
+            UnsupportedShardingError: ``shards`` > 1 with ``rate_limit`` or ``max_running``.
         """
         check_topic(name)
         options = topic_options(ttr=ttr, max_attempts=max_attempts, backoff=backoff,
-                                rate_limit=rate_limit, max_running=max_running, history=history)  # fmt: skip
+                                rate_limit=rate_limit, max_running=max_running, history=history,
+                                shards=shards)  # fmt: skip
 
         def register(handler: Handler) -> Topic[Any]:
             if name in self.topics:

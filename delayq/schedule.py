@@ -7,6 +7,8 @@ tasks the topic holds: a dashboard can show them for a topic of a million tasks.
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
@@ -102,13 +104,24 @@ def parse_cursor(cursor: str) -> tuple[int, str]:
 
 
 async def upcoming(
-    scripts: Scripts, keys: TopicKeys, *, limit: int, cursor: str | None
+    scripts: Scripts, shards: list[TopicKeys], *, limit: int, cursor: str | None
 ) -> UpcomingPage:
-    """The next ``limit`` tasks of a topic in due order, after ``cursor`` (see ``Queue.upcoming``)."""
+    """The next ``limit`` tasks of a topic in due order, after ``cursor`` (see ``Queue.upcoming``);
+    of a sharded topic, the first ``limit`` of each shard's page, merged by (due, id)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_UPCOMING:
         raise InvalidInputError(f"limit must be an int in [1, {MAX_UPCOMING}], got {limit!r}")
     after = parse_cursor(cursor) if cursor is not None else None
-    now_ms, more, rows = await scripts.upcoming(keys, limit=limit, after=after)
+    keys = shards[0]
+    if len(shards) == 1:
+        now_ms, more, rows = await scripts.upcoming(keys, limit=limit, after=after)
+    else:
+        pages = await asyncio.gather(
+            *(scripts.upcoming(k, limit=limit, after=after) for k in shards)
+        )
+        now_ms = max(page[0] for page in pages)
+        merged = list(heapq.merge(*(page[2] for page in pages), key=lambda r: (r[1], r[0])))
+        more = any(page[1] for page in pages) or len(merged) > limit
+        rows = merged[:limit]
     tasks = []
     for task_id, due_ms, header in rows:
         parts = header.split(",") if header else []
@@ -127,17 +140,27 @@ async def upcoming(
 
 
 async def timeline(
-    scripts: Scripts, keys: TopicKeys, *, window: Duration, windows: int
+    scripts: Scripts, shards: list[TopicKeys], *, window: Duration, windows: int
 ) -> Timeline:
-    """Counts of a topic's tasks by due time (see ``Queue.timeline``)."""
+    """Counts of a topic's tasks by due time (see ``Queue.timeline``), summed over its
+    shards (each counted on its own Redis clock reading, the first one's shown)."""
     width_ms = to_millis(window, name="window", allow_zero=False)
     if isinstance(windows, bool) or not isinstance(windows, int) or not 1 <= windows <= MAX_WINDOWS:
         raise InvalidInputError(f"windows must be an int in [1, {MAX_WINDOWS}], got {windows!r}")
     if width_ms * windows > 366 * 86_400_000:
         raise InvalidInputError("window * windows must be at most a year")
-    now_ms, (due, due_estimated), counts = await scripts.timeline(
-        keys, width_ms=width_ms, windows=windows, exact_slots=EXACT_SLOTS
-    )
+    keys = shards[0]
+    parts = await asyncio.gather(*(
+        scripts.timeline(k, width_ms=width_ms, windows=windows, exact_slots=EXACT_SLOTS)
+        for k in shards
+    ))  # fmt: skip
+    now_ms = parts[0][0]
+    due = sum(part[1][0] for part in parts)
+    due_estimated = any(part[1][1] for part in parts)
+    counts = [
+        (sum(c for c, _ in column), any(e for _, e in column))
+        for column in zip(*(part[2] for part in parts), strict=True)
+    ]
     return Timeline(
         topic=keys.topic, now=from_millis(now_ms), due=due, due_estimated=due_estimated,
         windows=[

@@ -22,7 +22,7 @@ from pydantic import TypeAdapter
 
 from delayq.backoff import Backoff
 from delayq.duration import Duration, to_millis
-from delayq.errors import InvalidInputError
+from delayq.errors import InvalidInputError, UnsupportedShardingError
 from delayq.limits import RateLimit, check_max_running
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ class TopicOptions:
     periodic: PeriodicOptions | None = None
     history: int = 0
     """How many finished tasks the topic keeps in Redis (0: none; docs/observability.md)."""
+    shards: int = 1
+    """How many hash tags the topic's tasks are spread over (docs/cluster.md)."""
 
 
 MAX_HISTORY = 10_000_000
@@ -63,8 +65,15 @@ def topic_options(
     rate_limit: str | None,
     max_running: int | None,
     history: int,
+    shards: int = 1,
 ) -> TopicOptions:
     """Validate ``@queue.topic``'s options (``InvalidInputError``) into :class:`TopicOptions`."""
+    shards = check_shards(shards)
+    if shards > 1 and (rate_limit is not None or max_running is not None):
+        raise UnsupportedShardingError(
+            "a topic with shards > 1 cannot have rate_limit or max_running yet: the limit "
+            "would have to be shared by the shards (docs/cluster.md, Sharded topics)"
+        )
     return TopicOptions(
         ttr_ms=to_millis(ttr, name="ttr", allow_zero=False),
         max_attempts=check_max_attempts(max_attempts),
@@ -72,7 +81,19 @@ def topic_options(
         rate_limit=None if rate_limit is None else RateLimit.parse(rate_limit),
         max_running=None if max_running is None else check_max_running(max_running),
         history=check_history(history),
+        shards=shards,
     )
+
+
+MAX_SHARDS = 1024
+"""Most shards a topic may have (``@queue.topic(name, shards=N)``)."""
+
+
+def check_shards(value: object) -> int:
+    """Return ``value`` if it is a valid shard count, else raise :class:`InvalidInputError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARDS:
+        raise InvalidInputError(f"shards must be an int in [1, {MAX_SHARDS}], got {value!r}")
+    return value
 
 
 def check_history(value: object) -> int:

@@ -16,12 +16,15 @@ DEFAULT_MAX_ATTEMPTS = 3
 
 
 async def queue_keys(redis: redis.asyncio.Redis, queue_name: str) -> list[str]:
-    """Every key delayq holds for ``queue_name``: per-topic keys and the queue's topic set.
+    """Every key delayq holds for ``queue_name``: per-topic (and per-shard) keys and the
+    queue's topic set.
 
     ``{`` and ``}`` are not glob characters, so the patterns match literally.
     """
     found: list[str] = []
-    for pattern in (f"delayq:{{{queue_name}:*", f"delayq:{{{queue_name}}}:*"):
+    patterns = (f"delayq:{{{queue_name}:*", f"delayq:{{{queue_name}}}:*",
+                f"delayq:s:{{{queue_name}:*")  # fmt: skip
+    for pattern in patterns:
         async for key in redis.scan_iter(match=pattern, count=1000):
             found.append(key.decode() if isinstance(key, bytes) else key)
     return sorted(found)

@@ -31,12 +31,25 @@ Redis Cluster slot and every script can touch them atomically::
                                                fingerprint), last (latest tick scheduled, ms),
                                                id (that tick's task id)
     delayq:{shop}:topics                 SET   topics that have been used (for stats)
+
+A sharded topic (``@queue.topic(name, shards=N)``, docs/cluster.md) spreads its tasks over N
+hash tags: a task lives in shard ``zlib.crc32(task_id) % N`` (:func:`shard_of`).  Shard 0
+keeps the names above; shard k >= 1 has the same keys under its own prefix and tag::
+
+    delayq:s:{shop:order.close:3}:wheel   ...and every other key above but ``periodic``
+
+A topic may hold ':' and '#', so ``{shop:order.close#3}`` could be a plain topic's tag; no
+plain key starts with ``delayq:s:`` (plain keys continue ``delayq:{``), and a tag
+``queue:topic:k`` splits at its last ':' into one (topic, k), so no two shards' names, of
+one topic or of two, ever meet.  Shard 0's ``meta`` hash records the count in its field
+``shards`` (absent: 1).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import zlib
 from dataclasses import dataclass
 
 from delayq.errors import InvalidNameError
@@ -44,6 +57,8 @@ from delayq.errors import InvalidNameError
 PREFIX = "delayq"
 MAX_NAME_CHARS = 200
 MAX_TASK_ID_BYTES = 256
+SHARD_PREFIX = f"{PREFIX}:s:"
+"""Start of every key of a topic's shards 1..N-1 (shard 0 keeps the plain names)."""
 
 # Braces would change the hash tag, whitespace and control characters make keys unreadable
 # in redis-cli and logs.  A queue name also may not hold ':' so that ("a:b", "c") and
@@ -127,12 +142,18 @@ class TopicKeys:
     wake_publish: str
     """What the scripts are given as the wake channel: :attr:`wake`, or on a Redis Cluster
     ``!`` + :attr:`wake`, which they publish with ``SPUBLISH`` (sharded pub/sub)."""
+    shard: int = 0
+    """Which shard of the topic these are (0: the plain names; see the module's docstring)."""
 
     @classmethod
-    def build(cls, queue: str, topic: str, *, sharded_wake: bool = False) -> TopicKeys:
+    def build(
+        cls, queue: str, topic: str, *, sharded_wake: bool = False, shard: int = 0
+    ) -> TopicKeys:
         """Return the names for ``topic`` in ``queue`` (both assumed already validated);
-        ``sharded_wake``: the scripts publish wake-ups with ``SPUBLISH`` (Redis Cluster)."""
-        base = f"{PREFIX}:{{{queue}:{topic}}}:"
+        ``sharded_wake``: the scripts publish wake-ups with ``SPUBLISH`` (Redis Cluster);
+        ``shard``: the names of that shard of a sharded topic (0: the plain names)."""
+        tag = f"{queue}:{topic}:{shard}" if shard else f"{queue}:{topic}"
+        base = f"{SHARD_PREFIX if shard else PREFIX + ':'}{{{tag}}}:"
         return cls(
             topic=topic,
             prefix=base,
@@ -153,6 +174,7 @@ class TopicKeys:
             history=base + "history",
             rollup=base + "rollup",
             wake_publish=("!" if sharded_wake else "") + base + "wake",
+            shard=shard,
         )
 
     def bucket(self, task_id: str, count: int = 0) -> str:
@@ -185,6 +207,13 @@ BODY_FIELD_SUFFIX = "\0"
 """A task's body is stored in its bucket under its id plus this (ids hold no control characters)."""
 
 
+def shard_of(task_id: str, shards: int) -> int:
+    """The shard holding ``task_id`` in a topic of ``shards`` shards: ``zlib.crc32`` of the
+    id's UTF-8 bytes modulo ``shards`` (stable across processes and versions, and unrelated
+    to the sha1 that picks a task's bucket inside its shard)."""
+    return zlib.crc32(task_id.encode()) % shards if shards > 1 else 0
+
+
 def topics_key(queue: str) -> str:
     """The set of topic names ever used in ``queue``."""
     return f"{PREFIX}:{{{queue}}}:topics"
@@ -201,3 +230,10 @@ def wake_pattern(queue: str) -> str:
     """
     escaped = _GLOB_SPECIAL.sub(r"\\\1", queue)
     return f"{PREFIX}:{{{escaped}:*}}:wake"
+
+
+def shard_wake_pattern(queue: str) -> str:
+    """The PSUBSCRIBE pattern matching the wake channel of every shard k >= 1 of every
+    sharded topic of ``queue`` (:func:`wake_pattern` covers shard 0)."""
+    escaped = _GLOB_SPECIAL.sub(r"\\\1", queue)
+    return f"{SHARD_PREFIX}{{{escaped}:*}}:wake"

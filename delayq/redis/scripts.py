@@ -99,7 +99,7 @@ class Scripts:
         self._cluster = client if is_cluster(client) else None
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters", "upcoming", "timeline",
-                 "control", "tick", "tick_state", "rollup")  # fmt: skip
+                 "control", "tick", "tick_state", "rollup", "shards")  # fmt: skip
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(lua_source(name)) for name in names
         }
@@ -299,18 +299,9 @@ class Scripts:
         reply = await self._run(
             "nack",
             (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.controls),
-            (
-                task_id,
-                token,
-                mode,
-                delay_ms,
-                error,
-                max_attempts,
-                keys.wake_publish,
-                history,
-                times,
-            ),
-        )
+            (task_id, token, mode, delay_ms, error, max_attempts, keys.wake_publish, history,
+             times),
+        )  # fmt: skip
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
 
     async def rollup(self, keys: TopicKeys, counts: Sequence[str | int]) -> int:
@@ -371,6 +362,11 @@ class Scripts:
             rate_limit=_text(rate_limit) if rate_limit else None,
             max_running=_int(max_running) if max_running else None,
         )  # fmt: skip
+
+    async def shards(self, keys: TopicKeys, seen: int = 0, wanted: int = 0) -> int:
+        """Run shards.lua on shard 0's ``keys``: the shard count the topic records (1 when
+        none), after recording ``wanted`` if it still was ``seen`` (0: only read)."""
+        return _int(await self._run("shards", (keys.meta,), (seen, wanted) if seen else ()))
 
     async def control(self, keys: TopicKeys, fields: Mapping[str, str]) -> int:
         """Run control.lua: set the topic's control ``fields`` ('' deletes one) and wake its

@@ -139,12 +139,13 @@ class WakeupHub:
 
     Args:
         redis: the client whose pool lends the subscription its connection.
-        pattern: the glob of the queue's wake channels (``keys.wake_pattern``).
+        patterns: the globs of the queue's wake channels (``keys.wake_pattern``, and
+            ``keys.shard_wake_pattern`` for the shards of sharded topics).
     """
 
-    def __init__(self, redis: Redis, pattern: str) -> None:
+    def __init__(self, redis: Redis, *patterns: str) -> None:
         self._redis = redis
-        self._pattern = pattern
+        self._patterns = patterns
         self._signals: dict[str, Signal] = {}
         self._cluster = redis if is_cluster(redis) else None
         self._sharded = self._cluster is not None
@@ -152,15 +153,19 @@ class WakeupHub:
         self.subscribed = asyncio.Event()
         """Set once Redis confirmed the subscription: a publish after that reaches us."""
 
-    def signal(self, channel: str) -> Signal:
-        """The signal of ``channel`` (made on first use; one small object per topic).  On a
-        cluster a new channel is subscribed to: :attr:`subscribed` is set again once it is."""
+    def signal(self, channel: str, *more: str) -> Signal:
+        """The signal of ``channel`` (made on first use; one small object per topic), which
+        the ``more`` channels (a sharded topic's other shards) fire too.  On a cluster a new
+        channel is subscribed to: :attr:`subscribed` is set again once it is."""
         found = self._signals.get(channel)
         if found is None:
-            found = self._signals[channel] = Signal()
-            if self._sharded:
-                self.subscribed.clear()
-                self._changed.set()
+            found = Signal()
+        for name in (channel, *more):
+            if self._signals.get(name) is not found:
+                self._signals[name] = found
+                if self._sharded:
+                    self.subscribed.clear()
+                    self._changed.set()
         return found
 
     def _deliver(self, channel: str) -> None:
@@ -177,7 +182,7 @@ class WakeupHub:
         """Listen until cancelled, resubscribing after connection failures."""
 
         async def subscribe(pubsub: PubSub) -> None:
-            await pubsub.psubscribe(self._pattern)
+            await pubsub.psubscribe(*self._patterns)
 
         def subscribed() -> None:
             self.subscribed.set()

@@ -51,7 +51,7 @@ async def prepare(queue: TaskSource, topics: Sequence[Topic[Any]]) -> Rollup | N
     an event listener on the queue."""
     try:
         await queue.announce(t.name for t in topics)
-        caps = {queue.keys(t.name): t.options.history for t in topics}
+        caps = {k: t.options.history for t in topics for k in queue.shard_keys(t.name)}
         await record_history_settings(queue.redis, caps)
     except DelayqError as exc:
         # Both feed reads and cancels elsewhere; consuming must not depend on them.

@@ -3,7 +3,7 @@ batched acks, and a two-stage graceful stop.
 
 Shape of a running worker (one asyncio.TaskGroup)::
 
-    Wakeup ──sets──▶ per-topic event ──▶ fetch loop (one per topic) ──reserve.lua──▶ buffer
+    Wakeup ──sets──▶ per-shard event ──▶ fetch loop (one per topic shard) ──reserve.lua──▶ buffer
     buffer ──▶ `concurrency` consumers ──▶ Executor: middleware ▶ handler ──▶ Acker | nack.lua
 
 The queue's lifespan is entered around all of it.  Running a delivery (its chain of
@@ -13,6 +13,9 @@ acks' flush rather than a round trip after it.
 
 A fetch loop never polls: it sleeps until the next due time or lease deadline that
 reserve.lua returned (Redis's clock, measured as a delta) or until woken by a publish.
+A sharded topic has a fetch loop per shard, each with its own wake channel and sleep, so
+a shard's due tasks never wait for another shard's; the loops take free handler slots in
+turn (:class:`~delayq.worker.lease.Slots` wakes its waiters in order).
 """
 
 from __future__ import annotations
@@ -123,7 +126,8 @@ class Worker:
         self._deadlines = Deadlines()
         self._running = 0
         self._idle = asyncio.Event()
-        self._wakeup = Wakeup(queue.redis, [queue.keys(t.name).wake for t in self.topics])
+        self._shards = [(t, keys) for t in self.topics for keys in queue.shard_keys(t.name)]
+        self._wakeup = Wakeup(queue.redis, [keys.wake for _, keys in self._shards])
         self._embedded: asyncio.Task[None] | None = None
         self.threads = concurrency if threads is None else threads
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
@@ -183,6 +187,7 @@ class Worker:
         """
         async with self._lifespan():
             await self._wait_for_redis()
+            await self.queue.check_shards(t.name for t in self.topics)
             # Before any lease: the fleet enforces what the last worker to start declared.
             await declare_limits(self.queue, self.topics)
             # The topics for stats, their history settings, and their activity counter.
@@ -241,7 +246,7 @@ class Worker:
             async with asyncio.TaskGroup() as group:
                 wakeup = group.create_task(self._wakeup.run(), name="delayq-wakeup")
                 acker = group.create_task(self._executor.acker.run(), name="delayq-acker")
-                fetchers = [group.create_task(self._fetch(t)) for t in self.topics]
+                fetchers = [group.create_task(self._fetch(t, k)) for t, k in self._shards]
                 fetchers += [group.create_task(keeper.run()) for keeper in self._keepers()]
                 await self._stopping.wait()
                 await self._shutdown(fetchers, consumers, acker)
@@ -297,8 +302,7 @@ class Worker:
 
     # -- fetching ---------------------------------------------------------------------------
 
-    async def _fetch(self, topic: Topic[Any]) -> None:
-        keys = self.queue.keys(topic.name)
+    async def _fetch(self, topic: Topic[Any], keys: TopicKeys) -> None:
         wake = self._wakeup.event(keys.wake)
         loop = asyncio.get_running_loop()
         failures = 0

@@ -51,5 +51,11 @@ class TaskSource(Protocol):
     def keys(self, topic: str) -> TopicKeys:
         """The Redis key names of ``topic``."""
 
+    def shard_keys(self, topic: str) -> list[TopicKeys]:
+        """The key names of every shard of registered ``topic`` (one for an unsharded one)."""
+
+    async def check_shards(self, topics: Iterable[str]) -> None:
+        """Check the declared shard counts of ``topics`` against Redis (``ShardCountError``)."""
+
     async def announce(self, topics: Iterable[str]) -> None:
         """Record topic names for ``stats``."""
