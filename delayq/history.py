@@ -9,6 +9,7 @@ scripts that finish tasks (``_history.lua``), the windows by the workers
 
 from __future__ import annotations
 
+import heapq
 import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,7 +24,7 @@ from delayq.task import from_millis
 from delayq.worker.rollup import COUNTED, FIELDS, LATENESS_BOUNDS_MS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from redis.asyncio import Redis
 
@@ -150,11 +151,22 @@ class History:
     Args:
         redis: the client that reads.
         keys: the key names of a topic (validates the topic).
+        route: the key names of the shard holding a task of a sharded topic (its records
+            are kept in that shard's stream); ``None``: every topic is unsharded.
+        every: the key names of every shard of a topic (``None``: one).
     """
 
-    def __init__(self, redis: Redis, keys: Callable[[str], TopicKeys]) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Callable[[str], TopicKeys],
+        route: Callable[[str, str], Awaitable[TopicKeys]] | None = None,
+        every: Callable[[str], Awaitable[list[TopicKeys]]] | None = None,
+    ) -> None:
         self._redis = redis
         self._keys = keys
+        self._route = route
+        self._every = every
 
     async def __call__(
         self, topic: str, limit: int = 100, before: int | None = None
@@ -165,16 +177,36 @@ class History:
             topic: a topic registered somewhere with ``history=N``.
             limit: most records returned (1-10,000).
             before: only records numbered below this ``seq`` (the next page: the last
-                record's ``seq``).
+                record's ``seq``).  Not for a sharded topic: each shard numbers its own
+                records, so its history is the shards' newest ``limit`` records merged by
+                ``finished_at``, without further pages.
 
         Returns:
             Up to ``limit`` records; empty for a topic that keeps no history.
+
+        Raises:
+            InvalidInputError: a bad ``limit`` or ``before``, or ``before`` on a sharded topic.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise InvalidInputError(f"limit must be an int in [1, 10000], got {limit!r}")
         if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
             raise InvalidInputError(f"before must be a record's seq (int), got {before!r}")
-        key = self._keys(topic).history
+        keys = self._keys(topic)
+        every = await self._every(topic) if self._every else [keys]
+        if len(every) == 1:
+            return await self._read(every[0].history, topic, limit, before)
+        if before is not None:
+            raise InvalidInputError(
+                "before pages one stream's record numbers: a sharded topic's history is read "
+                "newest first without it (docs/cluster.md)"
+            )
+        shares = [await self._read(k.history, topic, limit, None) for k in every]
+        merged = heapq.merge(*shares, key=lambda r: (r.finished_at, r.seq), reverse=True)
+        return list(merged)[:limit]
+
+    async def _read(
+        self, key: str, topic: str, limit: int, before: int | None
+    ) -> list[HistoryRecord]:
         top = "+" if before is None else f"({before}-0"
         found: list[HistoryRecord] = []
         async with redis_errors():
@@ -214,7 +246,8 @@ class History:
         return sorted(windows, key=lambda w: w.start)
 
     async def find(self, topic: str, task_id: str, *, within: int = 10_000) -> HistoryRecord | None:
-        """The newest record of task ``task_id`` among the topic's last ``within`` records.
+        """The newest record of task ``task_id`` among the topic's last ``within`` records
+        (of a sharded topic: the records of the task's shard).
 
         Costs Redis up to ``within`` records read, newest first, stopping at the first
         match: the history has no index by id.  The range is bounded by record number (an
@@ -228,7 +261,8 @@ class History:
         """
         if isinstance(within, bool) or not isinstance(within, int) or not 1 <= within <= 100_000:
             raise InvalidInputError(f"within must be an int in [1, 100000], got {within!r}")
-        key = self._keys(topic).history
+        keys = self._keys(topic)
+        key = (await self._route(topic, task_id) if self._route else keys).history
         wanted = task_id.encode()
         async with redis_errors():
             newest: list[Any] = await self._redis.xrevrange(key, "+", "-", count=1) or []

@@ -86,13 +86,14 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         self.middlewares: list[Middleware] = []
         self.lifespan_factory: Lifespan | None = None
         self.hooks = Hooks()  # send hooks and event listeners for extensions (docs/api.md)
-        self.history = History(self.redis, self.keys)  # finished tasks and activity of a topic
         self._keys: dict[str, TopicKeys] = {}
         self.shards = ShardMap(
             self.name, lambda: self.scripts, self.keys, self._declared_shards,
             sharded_wake=self._cluster,
         )  # fmt: skip
         """Which shard holds a task of a sharded topic (:class:`~delayq.shards.ShardMap`)."""
+        # Finished tasks and activity of a topic.
+        self.history = History(self.redis, self.keys, self.shards.route, self.shards.every)
         self._owns_client = False
         self._use_scripts(Scripts(self.redis))
 

@@ -356,3 +356,32 @@ async def test_a_long_poll_wakes_for_a_send_to_any_shard(
     await queue.send(TOPIC, {}, task_id=target)
     leased = await asyncio.wait_for(poll, 8)
     assert [t.id for t in leased] == [target]
+
+
+# -- history -----------------------------------------------------------------------------
+
+
+async def test_history_of_a_sharded_topic_merges_the_shards(
+    queue: Queue, start_worker: StartWorker
+) -> None:
+    done = register(queue, history=100)
+    ids = [ids_in(shard, 2, stem="h") for shard in range(SHARDS)]
+    flat = [task_id for pair in ids for task_id in pair]
+    await queue.send_many(TOPIC, [{}] * len(flat), task_ids=flat)
+    await start_worker(queue, concurrency=4)
+    await wait_for(lambda: len(done) == len(flat))
+    records: list[Any] = []
+    for _ in range(100):
+        records = await queue.history(TOPIC)
+        if len(records) == len(flat):
+            break
+        await asyncio.sleep(0.05)
+    assert sorted(r.id for r in records) == sorted(flat)
+    finished = [r.finished_at for r in records]
+    assert finished == sorted(finished, reverse=True)
+    assert len(await queue.history(TOPIC, limit=3)) == 3
+    for task_id in (ids[1][0], ids[3][1]):
+        found = await queue.history.find(TOPIC, task_id)
+        assert found is not None and found.outcome == "acked"
+    with pytest.raises(InvalidInputError, match="sharded"):
+        await queue.history(TOPIC, before=5)

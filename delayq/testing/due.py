@@ -122,7 +122,8 @@ async def run_due(
                 continue  # due already (a retry with no delay): run it
             clock.advance(target - now)
             for name in names:
-                await queue.redis.publish(queue.keys(name).wake, target)
+                for keys in queue.shard_keys(name):  # every shard's fetch loop
+                    await queue.redis.publish(keys.wake, target)
     return outcomes  # pragma: no cover - the loop returns
 
 

@@ -14,6 +14,9 @@ app on the cluster (``DELAYQ_FAULT_CLUSTER=1``) or through Sentinel.
    window of asynchronous replication is measured (informative); with
    ``Durability(replicas=1)`` lost = 0.
 4. Sentinel: the primary SIGKILLed, the replica promoted, through ``Queue.from_sentinel``.
+5. Live resharding of a 12-shard topic (``shards=12``, its shards on every master): one
+   shard's slot moves off each master under load (the full run: every slot of one master
+   with ``redis-cli --cluster reshard``).  lost = 0, early = 0.
 
 Sizes: CI sends 600 per scenario; DELAYQ_FULL_FAULTS=1 sends 5,000.
 """
@@ -21,6 +24,7 @@ Sizes: CI sends 600 per scenario; DELAYQ_FULL_FAULTS=1 sends 5,000.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -231,3 +235,62 @@ def _sentinel_moved(group: SentinelGroup) -> bool:
         return group.primary_port() != group.primary.port
     except Exception:
         return False
+
+
+SHARDS = 12
+
+
+async def test_22_live_resharding_of_a_sharded_topic(
+    own_cluster, spawn_worker, make_queue, log_dir, record_property
+) -> None:
+    """A 12-shard busy topic: CI moves one shard's slot off each master, key by key, under
+    load; the full run moves every slot of the master holding shard 0 with ``redis-cli
+    --cluster reshard`` (all the shards on that master)."""
+    cluster = own_cluster
+    queue = make_queue(cluster.url, cluster=True)  # no handler: it takes the recorded count
+    shards = queue.shards.of(WORK_TOPIC, SHARDS)
+    owners = {cluster.node_of(keys.wheel).port for keys in shards}
+    assert len(owners) == 3, "the shards spread over every master"
+    env = {**CLUSTER_ENV, "DELAYQ_FAULT_LIMITS": json.dumps({WORK_TOPIC: {"shards": SHARDS}})}
+    owner = cluster.node_of(shards[0].wake)
+    workers = [
+        await spawn_worker(owner, url=cluster.url, env=env, concurrency=20).started()
+        for _ in range(3)
+    ]
+    assert await queue.shards.count(WORK_TOPIC) == SHARDS  # recorded by the workers
+    producer = Producer(queue)
+    sending = await _load(producer, "sharded", 25)
+    await wait_until(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
+    moved_at = real_now()
+    masters = cluster.masters()
+    moves: dict[int, Any] = {}  # shard -> the master it moves to
+    if FULL:
+        source = cluster.node_of(shards[0].wheel)
+        target = next(m for m in masters if m is not source)
+        moves = {
+            k: target for k, keys in enumerate(shards) if cluster.node_of(keys.wheel) is source
+        }
+        await asyncio.to_thread(cluster.reshard, source, target, 16384 // 3 + 1)
+    else:
+        for k, keys in enumerate(shards):
+            source = cluster.node_of(keys.wheel)
+            if any(cluster.node_of(shards[j].wheel) is source for j in moves):
+                continue
+            moves[k] = masters[(masters.index(source) + 1) % len(masters)]
+        for k, target in moves.items():
+            await asyncio.to_thread(cluster.move_slot, cluster.slot_of(shards[k].wheel), target)
+    moved_s = real_now() - moved_at
+    await _finish(producer, sending, log_dir)
+
+    report = check("22 cluster: live resharding of a 12-shard topic's slots under load",
+                   sent=producer.sent, returned=producer.returned,
+                   deliveries=read_log(log_dir), not_before=producer.not_before)  # fmt: skip
+    report.extra.update(send_errors=dict(producer.errors), migration_s=round(moved_s, 2),
+                        shards_moved=len(moves))  # fmt: skip
+    report.publish(record_property)
+    assert all(cluster.node_of(shards[k].wheel) is target for k, target in moves.items())
+    assert_no_loss(report)
+    assert len(producer.returned) == SENDS, "no send failed for good"
+    assert all(w.alive for w in workers)
+    stats = (await queue.stats([WORK_TOPIC])).get(WORK_TOPIC)
+    assert stats is None or stats.ready + stats.delayed + stats.reserved == 0
