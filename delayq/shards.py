@@ -58,7 +58,9 @@ class ShardMap:
         if found is None:
             first = self._keys(topic)
             found = self._every[(topic, count)] = [first] + [
-                TopicKeys.build(self._queue, topic, sharded_wake=self._sharded_wake, shard=k)
+                TopicKeys.build(
+                    self._queue, topic, sharded_wake=self._sharded_wake, shard=k, shards=count
+                )
                 for k in range(1, count)
             ]
         return found

@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio
 from hypothesis import given
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from delayq import (
     InvalidInputError,
@@ -20,7 +21,7 @@ from delayq import (
     UnsupportedShardingError,
     Worker,
 )
-from delayq.redis.keys import TopicKeys, shard_of
+from delayq.redis.keys import TopicKeys, shard_of, shard_tags
 from tests.fixtures_delayq import StartWorker
 from tests.helpers import queue_keys
 
@@ -62,17 +63,40 @@ async def wait_for(check: Callable[[], bool], seconds: float = 10.0) -> None:
 
 
 def test_shard_zero_keeps_the_plain_names() -> None:
-    assert TopicKeys.build("shop", "t", shard=0) == TopicKeys.build("shop", "t")
-    one = TopicKeys.build("shop", "t", shard=3)
-    assert one.wheel == "delayq:s:{shop:t:3}:wheel"
-    assert one.wake == "delayq:s:{shop:t:3}:wake"
-    assert one.prefix == "delayq:s:{shop:t:3}:"
+    assert TopicKeys.build("shop", "t", shard=0, shards=4) == TopicKeys.build("shop", "t")
+    one = TopicKeys.build("shop", "t", shard=3, shards=4)
+    tag = shard_tags("shop", "t", 4)[3]
+    assert tag.startswith("shop:t:") and tag[len("shop:t:") :].isdigit()
+    assert one.wheel == f"delayq:s:{{{tag}}}:wheel"
+    assert one.wake == f"delayq:s:{{{tag}}}:wake"
+    assert one.prefix == f"delayq:s:{{{tag}}}:"
+    with pytest.raises(ValueError):
+        TopicKeys.build("shop", "t", shard=4, shards=4)
+
+
+@pytest.mark.parametrize("shards", [2, 3, 12, 16, 100, 1024])
+def test_shard_tags_fall_one_in_each_nth_of_the_slots(shards: int) -> None:
+    """So N shards spread evenly over masters that own equal runs of slots."""
+    tags = shard_tags("shop", "order.close", shards)
+    assert tags[0] == "shop:order.close" and len(set(tags)) == shards
+    parts = sorted(key_slot(tag.encode()) * shards // 16384 for tag in tags)
+    assert parts == list(range(shards))
+    assert shard_tags("shop", "order.close", shards) == tags  # derived, not random
+
+
+def test_twelve_shards_fall_four_on_each_of_three_equal_masters() -> None:
+    """redis-cli --cluster create gives 3 masters 0-5460, 5461-10922, 10923-16383."""
+    for topic in ("hot", "order.close", "t#1"):
+        owners = [min(key_slot(t.encode()) // 5461, 2) for t in shard_tags("q", topic, 12)]
+        assert sorted(owners.count(m) for m in range(3)) == [4, 4, 4]
 
 
 def test_a_topic_named_like_a_shard_does_not_collide() -> None:
     """``{shop:t#1}`` or ``{shop:t:1}`` would be a plain topic's tag: shards avoid both."""
-    shard = TopicKeys.build("shop", "t", shard=1)
-    for plain in ("t#1", "t:1", "t/1", "t:1:", "s:{shop:t:1}"):
+    shard = TopicKeys.build("shop", "t", shard=1, shards=2)
+    tag = shard_tags("shop", "t", 2)[1]
+    number = tag.rsplit(":", 1)[1]
+    for plain in (f"t#{number}", f"t:{number}", "t/1", f"t:{number}:", f"s:{{{tag}}}"):
         keys = TopicKeys.build("shop", plain)
         assert not _names(keys) & _names(shard)
 
@@ -92,7 +116,8 @@ _TOPICS = st.text(
 def test_no_two_shards_of_any_topics_share_a_name(a: str, j: int, b: str, k: int) -> None:
     if (a, j) == (b, k):
         return
-    first, second = TopicKeys.build("q", a, shard=j), TopicKeys.build("q", b, shard=k)
+    first = TopicKeys.build("q", a, shard=j, shards=41)
+    second = TopicKeys.build("q", b, shard=k, shards=41)
     assert first.prefix != second.prefix
     assert not _names(first) & _names(second)
 

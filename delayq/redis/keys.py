@@ -36,13 +36,16 @@ A sharded topic (``@queue.topic(name, shards=N)``, docs/cluster.md) spreads its 
 hash tags: a task lives in shard ``zlib.crc32(task_id) % N`` (:func:`shard_of`).  Shard 0
 keeps the names above; shard k >= 1 has the same keys under its own prefix and tag::
 
-    delayq:s:{shop:order.close:3}:wheel   ...and every other key above but ``periodic``
+    delayq:s:{shop:order.close:37}:wheel  ...and every other key above but ``periodic``
 
-A topic may hold ':' and '#', so ``{shop:order.close#3}`` could be a plain topic's tag; no
-plain key starts with ``delayq:s:`` (plain keys continue ``delayq:{``), and a tag
-``queue:topic:k`` splits at its last ':' into one (topic, k), so no two shards' names, of
-one topic or of two, ever meet.  Shard 0's ``meta`` hash records the count in its field
-``shards`` (absent: 1).
+The number in a shard's tag is not k: it is the candidate :func:`shard_tags` picked so that
+the N tags fall in N different N-ths of the 16,384 cluster slots (one tag per N-th), which
+spreads a topic's shards evenly over masters that own equal runs of slots, as
+``redis-cli --cluster create`` assigns them.  A topic may hold ':' and '#', so
+``{shop:order.close#3}`` could be a plain topic's tag; no plain key starts with
+``delayq:s:`` (plain keys continue ``delayq:{``), and a tag ``queue:topic:c`` splits at its
+last ':' into one (topic, c), so no two shards' names, of one topic or of two, ever meet.
+Shard 0's ``meta`` hash records the count in its field ``shards`` (absent: 1).
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ import hashlib
 import re
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from delayq.errors import InvalidNameError
 
@@ -147,12 +153,20 @@ class TopicKeys:
 
     @classmethod
     def build(
-        cls, queue: str, topic: str, *, sharded_wake: bool = False, shard: int = 0
+        cls,
+        queue: str,
+        topic: str,
+        *,
+        sharded_wake: bool = False,
+        shard: int = 0,
+        shards: int = 1,
     ) -> TopicKeys:
         """Return the names for ``topic`` in ``queue`` (both assumed already validated);
         ``sharded_wake``: the scripts publish wake-ups with ``SPUBLISH`` (Redis Cluster);
-        ``shard``: the names of that shard of a sharded topic (0: the plain names)."""
-        tag = f"{queue}:{topic}:{shard}" if shard else f"{queue}:{topic}"
+        ``shard``: the names of that shard (0: the plain names) of a topic of ``shards``."""
+        if not 0 <= shard < max(shards, 1):
+            raise ValueError(f"shard {shard} of a topic of {shards} shards")
+        tag = shard_tags(queue, topic, shards)[shard] if shard else f"{queue}:{topic}"
         base = f"{SHARD_PREFIX if shard else PREFIX + ':'}{{{tag}}}:"
         return cls(
             topic=topic,
@@ -212,6 +226,40 @@ def shard_of(task_id: str, shards: int) -> int:
     id's UTF-8 bytes modulo ``shards`` (stable across processes and versions, and unrelated
     to the sha1 that picks a task's bucket inside its shard)."""
     return zlib.crc32(task_id.encode()) % shards if shards > 1 else 0
+
+
+@lru_cache(maxsize=256)
+def shard_tags(queue: str, topic: str, shards: int) -> tuple[str, ...]:
+    """The hash tags of the ``shards`` shards of ``topic`` (shard 0's is the plain
+    ``queue:topic``), placed one in each ``shards``-th of the cluster's slot range.
+
+    Shard 0's tag falls in some N-th of the slots; the other N-th's are given to shards
+    1..N-1 in ascending order, and each takes the first candidate tag ``queue:topic:c``
+    (c = 0, 1, 2, ...) whose slot lies in its N-th.  The result depends only on the three
+    arguments, so every process derives the same names; finding them costs about
+    N log N slot hashes (a few ms for the largest count), once per process and topic.
+    """
+    if shards < 2:
+        return (f"{queue}:{topic}",)
+    if shards > REDIS_CLUSTER_HASH_SLOTS:
+        raise ValueError(f"at most {REDIS_CLUSTER_HASH_SLOTS} shards, got {shards}")
+
+    def part(tag: str) -> int:
+        return key_slot(tag.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS
+
+    plain = f"{queue}:{topic}"
+    parts = [n for n in range(shards) if n != part(plain)]
+    wanted = set(parts)
+    found: dict[int, str] = {}
+    candidate = 0
+    while wanted:
+        tag = f"{plain}:{candidate}"
+        where = part(tag)
+        if where in wanted:
+            wanted.discard(where)
+            found[where] = tag
+        candidate += 1
+    return (plain, *(found[n] for n in parts))
 
 
 def topics_key(queue: str) -> str:
