@@ -70,8 +70,8 @@ class InvalidHeadersError(InvalidInputError):
 
 class UnsupportedShardingError(InvalidInputError):
     """Raised by ``@queue.topic(name, shards=N)`` with N > 1 together with ``rate_limit``
-    or ``max_running`` (a limit shared by the shards is not built yet), and by
-    ``@queue.periodic`` on a topic with shards (a schedule is one chain, in one shard)."""
+    or ``max_running``: a limit shared by the shards is not built yet.  (A periodic topic
+    has no ``shards`` option: its chain of ticks lives in one shard.)"""
 
 
 class ShardCountError(DelayqError):

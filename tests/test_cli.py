@@ -317,3 +317,25 @@ async def test_unknown_log_level_exits_2_with_a_clear_message(env: dict[str, str
         assert result.returncode == 2, result.stderr
         assert "Traceback" not in result.stderr
         assert "level" in result.stderr.lower()
+
+
+async def test_get_cancel_and_stats_on_a_sharded_topic(
+    redis_url: str, queue: Queue, queue_name: str
+) -> None:
+    """The CLI declares no handler: it takes the shard count recorded in Redis."""
+    from tests.test_shards import ids_in
+
+    @queue.topic("sharded", shards=4)
+    async def handle(body: dict[str, int]) -> None: ...
+
+    ids = [ids_in(shard, 1, 4, stem="cli")[0] for shard in range(4)]
+    await queue.send_many("sharded", [{"n": n} for n in range(4)], task_ids=ids, delay=60)
+    bare = app_env(redis_url, "unused")
+    where = ("--url", redis_url, "--name", queue_name)
+    stats = await cli(bare, "stats", *where, "--json")
+    assert json.loads(stats.stdout)["sharded"]["delayed"] == 4, stats.stderr
+    found = await cli(bare, "get", *where, "sharded", ids[3])
+    assert json.loads(found.stdout)["body"] == {"n": 3}, found.stderr
+    cancelled = await cli(bare, "cancel", *where, "sharded", ids[2])
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert await queue.get("sharded", ids[2]) is None
