@@ -363,11 +363,14 @@ class Api:
         before: Annotated[int | None, Query(ge=1, le=2**53)] = None,
     ) -> HistoryPage:
         """The topic's finished tasks (acked, dead-lettered, cancelled), newest first, if it
-        keeps history; pass `next_before` back as `before` for the next page."""
+        keeps history; pass `next_before` back as `before` for the next page (a sharded
+        topic: one page of the shards' newest records, `next_before` null)."""
         topic = name(topic)
         with naming("topic", "limit", "before"):
             records = await self.queue.history(topic, limit=limit, before=before)
-        last = records[-1].seq if len(records) == limit else None
+        # A sharded topic numbers its records per shard: one merged page, no next one.
+        sharded = await self.queue.shards.count(topic) > 1
+        last = records[-1].seq if len(records) == limit and not sharded else None
         return HistoryPage(topic=topic, limit=limit, records=records, next_before=last)
 
     async def activity(self, topic: str) -> ActivityPage:

@@ -68,6 +68,8 @@ async def round_trip(http: httpx.AsyncClient, queue: Queue) -> None:
     assert dead.json()["outcome"] == "dead"
     page = (await http.get(f"/api/topics/{TOPIC}/dead", headers=R)).json()
     assert [t["id"] for t in page["tasks"]] == [failed["id"]]
+    history = await http.get(f"/api/topics/{TOPIC}/history?limit=1", headers=R)
+    assert history.status_code == 200 and history.json()["next_before"] is None, history.text
     counts = await queue.stats([TOPIC])
     assert (counts[TOPIC].dead, counts[TOPIC].ready, counts[TOPIC].reserved) == (1, 0, 0)
 
