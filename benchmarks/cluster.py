@@ -56,6 +56,7 @@ SEND_DELAY_S = 0.2
 #: Pause between the worker's start and the first lateness task (the worker is idle then).
 SETTLE_S = 1.0
 CONCURRENCY = 100
+BULK_TIMES = 4
 #: Redis's default ``cluster-node-timeout``; the fault tests' 1000 ms (fast failovers) makes
 #: every master ping its peers more often, which costs CPU that a production cluster's would not.
 NODE_TIMEOUT_MS = 15_000
@@ -177,15 +178,20 @@ async def _serve(queue: Queue, tally: Tally, timeout: float) -> None:
             raise
 
 
-async def lifecycle(setup: Setup, topic: str, n: int) -> dict[str, Any]:
-    """Send ``n`` tasks one by one, lease and ack them; per master: tasks, keys, CPU."""
+async def lifecycle(setup: Setup, topic: str, n: int, bulk: bool = False) -> dict[str, Any]:
+    """Send ``n`` tasks one by one (``bulk``: with ``send_many``), lease and ack them; per
+    master: tasks, keys, CPU."""
     setup.flush()
     tally = Tally(target=n)
     queue = setup.queue(f"c{uuid.uuid4().hex[:8]}", tally)
     try:
         cpu0, started = setup.cpu(), time.monotonic()
         targets = sends_of(topic)
-        for i in range(n):
+        if bulk:
+            for k, target in enumerate(targets):
+                bodies = [{"due": 0, "n": i} for i in range(k, n, len(targets))]
+                await queue.send_many(target, bodies, delay=SEND_DELAY_S)
+        for i in range(0 if bulk else n):
             await queue.send_delayed(targets[i % len(targets)], {"due": 0, "n": i}, SEND_DELAY_S)
         sent = setup.cpu()
         tasks, keys = [], []
@@ -288,6 +294,14 @@ async def measure(plain: Setup, cluster: Setup, args: argparse.Namespace) -> dic
         key: [statistics.fmean([before[key][0], after[key][0]])] for key in ("usec", "net_usec")
     } | {"commands_per_task": before["commands_per_task"], "seconds": before["seconds"]}
     pool = await lifecycle(replace(plain, lane=False), SINGLE, args.n)
+    # The same with bulk sends (BULK_TIMES as many tasks: a call costs little per task, so
+    # what a run costs once weighs more), where a 12-shard topic splits every batch 12 ways:
+    # the plain node's 12-shard topic shows what that split costs without a cluster.
+    bulk = [
+        await lifecycle(setup, topic, args.n * BULK_TIMES, bulk=True)
+        for setup, topic in ((plain, SINGLE), (cluster, SHARDED), (plain, SINGLE), (plain, SHARDED))
+    ]
+    bulk_ref = statistics.fmean([bulk[0]["net_usec"][0], bulk[2]["net_usec"][0]])
     plain_sharded = await lifecycle(plain, SHARDED, args.n)
     flat = await lifecycle(cluster, SINGLE, args.n)
     owner = max(range(len(flat["tasks"])), key=lambda i: flat["tasks"][i])
@@ -312,8 +326,13 @@ async def measure(plain: Setup, cluster: Setup, args: argparse.Namespace) -> dic
         "cl_usec_ratio": _worst(spread["usec"], one["usec"][0]),
         "cl_net_ratio": _worst(spread["net_usec"], one["net_usec"][0]),
         "cl_extra_runs": sum(
-            r["extra_runs"] for r in (before, spread, after, pool, plain_sharded, flat)
+            r["extra_runs"] for r in (before, spread, after, pool, plain_sharded, flat, *bulk)
         ),
+        "cl_bulk_single_net_usec": bulk_ref,
+        "cl_bulk_master_net_usec": bulk[1]["net_usec"],
+        "cl_bulk_net_ratio": _worst(bulk[1]["net_usec"], bulk_ref),
+        "cl_bulk_single_sharded_net_usec": bulk[3]["net_usec"][0],
+        "cl_bulk_sharded_net_ratio": _worst(bulk[1]["net_usec"], bulk[3]["net_usec"][0]),
         "cl_keys_spread": _spread(spread["keys"]),
         "cl_cpu_spread": _spread(spread["cpu_ms"]),
         "cl_commands": {

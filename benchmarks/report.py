@@ -335,7 +335,9 @@ def _cluster(results: dict[str, Any], c: dict[str, Any]) -> str:
         lines.append(
             f"  round {index}, 12-shard topic per master: tasks {r['cl_master_tasks']}, keys"
             f" {r['cl_master_keys']}, CPU ms {_ints(r['cl_master_cpu_ms'])}, µs/task"
-            f" {_ints(r['cl_master_usec'])}, net {_ints(r['cl_master_net_usec'])}"
+            f" {_ints(r['cl_master_usec'])}, net {_ints(r['cl_master_net_usec'])}; bulk sends:"
+            f" net {_ints(r['cl_bulk_master_net_usec'])} vs plain {r['cl_bulk_single_net_usec']:.0f},"
+            f" plain 12-shard {r['cl_bulk_single_sharded_net_usec']:.0f}"
         )
     for label, prefix in (
         ("12-shard topic, cluster", "cl_late_sharded"),

@@ -255,7 +255,8 @@ def _cluster(results: dict[str, Any]) -> list[Verdict]:
         )
     net, raw = each("cl_net_ratio"), each("cl_usec_ratio")
     if net:
-        floor = each("floor_turns_ratio")
+        floor, bulk = each("floor_turns_ratio"), each("cl_bulk_net_ratio")
+        bulk_sharded = each("cl_bulk_sharded_net_ratio")
         also = (
             f"; floor: send.lua on 3 masters in turn {statistics.median(floor):.2f}x one master"
             if floor
@@ -265,7 +266,9 @@ def _cluster(results: dict[str, Any]) -> list[Verdict]:
             Verdict(
                 f"cluster: Redis CPU per task lifecycle on each master ≤ {CLUSTER_CPU:g}x the"
                 " plain node's (net of each node's idle CPU)",
-                f"costliest master {_rounds(net)}; raw {statistics.median(raw):.2f}x{also}",
+                f"costliest master {_rounds(net)}; raw {statistics.median(raw):.2f}x;"
+                f" bulk sends {statistics.median(bulk):.2f}x (against the plain node's 12-shard"
+                f" topic {statistics.median(bulk_sharded):.2f}x){also}",
                 statistics.median(net) <= CLUSTER_CPU,
             )
         )
