@@ -13,7 +13,9 @@ process and Redis's own CPU (INFO cpu ``used_cpu_user + used_cpu_sys``) read per
   single-shard topic (the reference: run before and after the cluster's, averaged) and, to
   take the two apart, on the plain node's 12-shard topic and the cluster's single-shard
   topic (its one master).  Keys per master (``DBSIZE``) are read once every task is
-  stored; ``INFO commandstats`` per node gives the commands per task.
+  stored; ``INFO commandstats`` per node gives the commands per task.  Then the same with
+  bulk sends (``send_many``, 4x the tasks) on the plain node's single-shard and 12-shard
+  topics and the cluster's 12-shard topic.
 - **lateness**: with the worker idle, ``--lateness`` tasks due at random times over
   ``--window`` s are sent one by one from a second thread (each stamped with its due time
   just before its send, as the lateness scenario's producer does); start - due in ms.  On
