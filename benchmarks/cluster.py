@@ -110,8 +110,8 @@ class Setup:
         async def handle(body: dict[str, Any]) -> None:
             tally.hit(body)
 
-        for topic in (*sends_of(SHARDED), SINGLE):
-            queue.topic(topic)(handle)
+        queue.topic(SHARDED, shards=SHARDS)(handle)
+        queue.topic(SINGLE)(handle)
         return queue
 
     async def close(self, queue: Queue) -> None:
@@ -139,12 +139,6 @@ def idle_rates(setups: list[Setup], seconds: float = cluster_floor.IDLE_S) -> No
     time.sleep(seconds)
     for setup, cpu0 in zip(setups, before, strict=True):
         setup.idle = [(b - a) / seconds for a, b in zip(cpu0, setup.cpu(), strict=True)]
-
-
-def sends_of(topic: str) -> list[str]:
-    """The topics the tasks of ``topic`` go to, in turn (STAND-IN until shards land: 12
-    topics for the 12-shard topic)."""
-    return [f"{SHARDED}.{i}" for i in range(SHARDS)] if topic == SHARDED else [topic]
 
 
 def _tasks_stored(client: redis.Redis) -> int:
@@ -188,13 +182,11 @@ async def lifecycle(setup: Setup, topic: str, n: int, bulk: bool = False) -> dic
     queue = setup.queue(f"c{uuid.uuid4().hex[:8]}", tally)
     try:
         cpu0, started = setup.cpu(), time.monotonic()
-        targets = sends_of(topic)
-        if bulk:
-            for k, target in enumerate(targets):
-                bodies = [{"due": 0, "n": i} for i in range(k, n, len(targets))]
-                await queue.send_many(target, bodies, delay=SEND_DELAY_S)
+        if bulk:  # one script call per shard and batch
+            bodies = [{"due": 0, "n": i} for i in range(n)]
+            await queue.send_many(topic, bodies, delay=SEND_DELAY_S)
         for i in range(0 if bulk else n):
-            await queue.send_delayed(targets[i % len(targets)], {"due": 0, "n": i}, SEND_DELAY_S)
+            await queue.send_delayed(topic, {"due": 0, "n": i}, SEND_DELAY_S)
         sent = setup.cpu()
         tasks, keys = [], []
         for master in setup.masters:
@@ -247,13 +239,10 @@ async def lateness(setup: Setup, topic: str, n: int, window_s: float, seed: int)
         rng, window_ms = random.Random(seed), round(window_s * 1000)
         producer = setup.queue(name, Tally())
         try:
-            targets = sends_of(topic)
             for i in range(n):
                 delay_ms = rng.randint(1, window_ms)
                 due = now_ms_floor() + delay_ms
-                await producer.send_delayed(
-                    targets[i % len(targets)], {"due": due, "n": i}, delay_ms / 1000
-                )
+                await producer.send_delayed(topic, {"due": due, "n": i}, delay_ms / 1000)
         finally:
             await setup.close(producer)
 
