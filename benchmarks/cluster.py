@@ -58,6 +58,8 @@ SEND_DELAY_S = 0.2
 #: Pause between the worker's start and the first lateness task (the worker is idle then).
 SETTLE_S = 1.0
 CONCURRENCY = 100
+#: How long a worker may take to stop once every task ran (its grace is 1 s).
+STOP_S = 30.0
 BULK_TIMES = 4
 #: Redis's default ``cluster-node-timeout``; the fault tests' 1000 ms (fast failovers) makes
 #: every master ping its peers more often, which costs CPU that a production cluster's would not.
@@ -72,6 +74,7 @@ class Tally:
     target: int = 0
     seen: set[int] = field(default_factory=set)
     extra_runs: int = 0
+    stuck_stops: list[list[str]] = field(default_factory=list)
     samples: list[float] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -167,11 +170,35 @@ async def _serve(queue: Queue, tally: Tally, timeout: float) -> None:
         ) from None
     finally:
         worker.stop()
-        try:
-            await asyncio.wait_for(asyncio.shield(job), 30)
-        except TimeoutError:
+        done, _ = await asyncio.wait({job}, timeout=STOP_S)
+        if not done:
+            # Every task ran, but the worker did not stop: a finding about delayq, not a
+            # failed measurement.  Where its tasks wait is kept for the report.
+            tally.stuck_stops.append(_waiting_tasks(job))
             job.cancel()
-            raise
+            await asyncio.wait({job}, timeout=STOP_S)
+        elif not job.cancelled() and job.exception() is not None:
+            raise job.exception()  # type: ignore[misc]
+
+
+def _waiting_tasks(job: asyncio.Future[Any]) -> list[str]:
+    """Each pending task's chain of awaits (file:line function, outermost first), with how
+    many tasks wait there."""
+    where: dict[str, int] = {}
+    for task in asyncio.all_tasks():
+        if task is asyncio.current_task():
+            continue
+        chain: list[str] = []
+        coro: Any = task.get_coro()
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is None:
+                break
+            chain.append(f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}")
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        key = " > ".join(chain)
+        where[key] = where.get(key, 0) + 1
+    return [f"{n}x {key}" for key, n in sorted(where.items(), key=lambda kv: -kv[1])]
 
 
 async def lifecycle(setup: Setup, topic: str, n: int, bulk: bool = False) -> dict[str, Any]:
@@ -213,6 +240,7 @@ async def lifecycle(setup: Setup, topic: str, n: int, bulk: bool = False) -> dic
     return {
         "seconds": seconds,
         "extra_runs": tally.extra_runs,
+        "stuck_stops": tally.stuck_stops,
         "tasks": tasks,
         "keys": keys,
         "cpu_ms": [s * 1000 for s in spent],
@@ -326,6 +354,13 @@ async def measure(plain: Setup, cluster: Setup, args: argparse.Namespace) -> dic
         "cl_bulk_sharded_net_ratio": _worst(bulk[1]["net_usec"], bulk[3]["net_usec"][0]),
         "cl_keys_spread": _spread(spread["keys"]),
         "cl_cpu_spread": _spread(spread["cpu_ms"]),
+        "cl_stuck_where": [
+            [f"{label}: {line}" for line in where]
+            for label, r in (
+                ("lifecycle", x) for x in (before, spread, after, pool, plain_sharded, flat, *bulk)
+            )
+            for where in r["stuck_stops"]
+        ],
         "cl_commands": {
             "single": one["commands_per_task"][0],
             "single_sharded": plain_sharded["commands_per_task"][0],
@@ -341,6 +376,9 @@ async def measure(plain: Setup, cluster: Setup, args: argparse.Namespace) -> dic
         tally = await lateness(setup, topic, args.lateness, args.window, seed)
         out |= _late(prefix, tally.samples)
         out["cl_extra_runs"] += tally.extra_runs
+        out["cl_stuck_where"] += [[f"{prefix}: {line}" for line in w] for w in tally.stuck_stops]
+    # Workers that ran every task and then did not stop within STOP_S (see _serve).
+    out["cl_stuck_stops"] = len(out["cl_stuck_where"])
     out["cl_late_ratio"] = out["cl_late_sharded_p99"] / out["cl_late_flat_p99"]
     return out
 

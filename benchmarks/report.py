@@ -349,6 +349,16 @@ def _cluster(results: dict[str, Any], c: dict[str, Any]) -> str:
             f" {fmt(c.get(prefix + '_p99'), 'ms'):>5} ms  max {fmt(c.get(prefix + '_max'), 'ms'):>5}"
             f" ms  early {fmt(c.get(prefix + '_early'), 'int')}"
         )
+    stuck = [
+        w
+        for r in results["raw"]["cluster"][scenarios.CLUSTER_KEY]
+        for w in r.get("cl_stuck_where", [])
+    ]
+    if stuck:
+        lines.append(
+            f"  NOTE: {len(stuck)} time(s) a worker ran every task and then did not stop within"
+            f" 30 s; where its tasks waited, the first time: {'; '.join(stuck[0][:6])}"
+        )
     lines.append(
         f"  floor, send.lua µs/request: plain {fmt(c.get('floor_send_plain_usec'), 'ms')},"
         f" one master {fmt(c.get('floor_send_master_usec'), 'ms')}, 3 masters in turn"

@@ -17,8 +17,10 @@ from tests.redis_server import RedisServer
 
 
 async def test_one_round_yields_what_the_targets_read(
-    cluster: Any, make_redis_server: Callable[..., RedisServer]
+    cluster: Any, make_redis_server: Callable[..., RedisServer], monkeypatch: Any
 ) -> None:
+    # A worker that ran every task but does not stop is recorded, not waited for (30 s).
+    monkeypatch.setattr(bench, "STOP_S", 3.0)
     plain = make_redis_server()
     args = argparse.Namespace(n=36, lateness=12, window=0.2, idle=0.1, round=0)
     figures = await bench.measure(
@@ -29,6 +31,7 @@ async def test_one_round_yields_what_the_targets_read(
     figures |= cluster_floor.measure(plain, cluster, n=24)
 
     assert sum(figures["cl_master_tasks"]) == 36  # every task stored, on some master
+    assert figures["cl_stuck_stops"] == len(figures["cl_stuck_where"])
     assert len(figures["cl_master_keys"]) == len(figures["cl_master_cpu_ms"]) == 3
     for prefix in ("cl_late_sharded", "cl_late_flat", "cl_late_single"):
         assert figures[f"{prefix}_early"] == 0
