@@ -41,7 +41,7 @@ from delayq.redis.cluster import NodeClients, is_cluster
 from delayq.redis.connection import SILENCE_TIMEOUT
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable, Sequence
 
     from redis.asyncio import Redis, RedisCluster
     from redis.asyncio.client import PubSub
@@ -249,6 +249,10 @@ async def _receive(
     loop = asyncio.get_running_loop()
     sent_at: float | None = None
     while True:
+        # A heartbeat is a socket write, timed by asyncio.wait_for, which on Python 3.11
+        # can swallow a cancel (delayq.cancel): without this check a cancelled session
+        # went on listening, and a worker on a Redis Cluster never finished stopping.
+        raise_if_cancelling()
         message = await pubsub.get_message(timeout=HEARTBEAT)
         if message is None:
             if sent_at is None:
@@ -365,9 +369,19 @@ async def _serve_shards(
         for task in done:
             task.result()  # raises the failure
     finally:
-        for task in tasks:
+        await _cancel_all(tasks)
+
+
+async def _cancel_all(tasks: Sequence[asyncio.Future[None]]) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again any that swallowed it."""
+    pending = set(tasks)
+    while pending:
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        _, pending = await asyncio.wait(pending, timeout=1.0)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()  # retrieved, so asyncio does not log it as never retrieved
 
 
 def _text(value: Any) -> str:
