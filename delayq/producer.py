@@ -18,9 +18,9 @@ from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, 
 from delayq.events import Sending, TaskEvent
 from delayq.headers import check_headers, encode_headers
 from delayq.ids import new_task_id, new_task_ids
+from delayq.redis.cluster import run_command
 from delayq.redis.keys import check_task_id, shard_of, topics_key
 from delayq.redis.scripts import SEND_STATUS
-from delayq.redis.translate import redis_errors
 from delayq.task import SendResult, from_millis
 from delayq.topic import check_on_conflict, check_priority, task_overrides
 
@@ -272,8 +272,8 @@ class Producer:
         """Record topic names in the queue's topic set, which ``stats`` reads."""
         new = [t for t in topics if t not in self._announced]
         if new:
-            async with redis_errors():
-                await self._redis.sadd(topics_key(self._queue), *new)
+            # Also after a send that stored its task: a failover must not fail that send.
+            await run_command(self._redis, lambda: self._redis.sadd(topics_key(self._queue), *new))
             self._announced.update(new)
 
     async def announce_quietly(self, topic: str) -> None:

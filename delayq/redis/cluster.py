@@ -24,6 +24,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import SSLConnection
 
 from delayq.redis.connection import SILENCE_TIMEOUT
+from delayq.redis.translate import TRANSLATED, translate
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -98,6 +99,22 @@ async def retrying(
             error = exc
             log.debug("cluster busy (%s); retrying", exc)
     raise error
+
+
+async def run_command(client: object, call: Callable[[], Awaitable[T]]) -> T:
+    """Run ``call``, one plain command on ``client``, as the scripts run: on a cluster it
+    is repeated while slots move or a master is replaced (:func:`retrying`), and redis-py's
+    errors come out as delayq's.  (An ``AttributeError`` from redis-py 8.1's race, see
+    :data:`RETRYABLE`, comes out as it is on one Redis, where it does not happen.)"""
+    try:
+        return await call()
+    except (*TRANSLATED, AttributeError) as exc:
+        try:
+            if not is_cluster(client):
+                raise
+            return await retrying(client, call, exc)
+        except TRANSLATED as again:
+            raise translate(again) from again
 
 
 _NODE_OPTIONS = (
