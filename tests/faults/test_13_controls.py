@@ -62,7 +62,10 @@ def read_events(log_dir: Path) -> list[dict[str, Any]]:
     """Every line the limited app's handlers wrote."""
     events = []
     for path in log_dir.glob("*.jsonl"):
-        events += (json.loads(line) for line in path.read_text().splitlines() if line)
+        text = path.read_text()
+        # A worker may be halfway through writing its last line: read whole lines only.
+        whole = text[: text.rfind("\n") + 1]
+        events += (json.loads(line) for line in whole.splitlines() if line)
     return events
 
 
