@@ -103,18 +103,27 @@ async def retrying(
 
 async def run_command(client: object, call: Callable[[], Awaitable[T]]) -> T:
     """Run ``call``, one plain command on ``client``, as the scripts run: on a cluster it
-    is repeated while slots move or a master is replaced (:func:`retrying`), and redis-py's
-    errors come out as delayq's.  (An ``AttributeError`` from redis-py 8.1's race, see
-    :data:`RETRYABLE`, comes out as it is on one Redis, where it does not happen.)"""
+    is repeated while slots move or a master is replaced, and redis-py's errors come out
+    as delayq's (see :func:`after_failure`)."""
     try:
         return await call()
     except (*TRANSLATED, AttributeError) as exc:
-        try:
-            if not is_cluster(client):
-                raise
-            return await retrying(client, call, exc)
-        except TRANSLATED as again:
-            raise translate(again) from again
+        return await after_failure(client if is_cluster(client) else None, call, exc)
+
+
+async def after_failure(
+    cluster: RedisCluster | None, call: Callable[[], Awaitable[T]], exc: Exception
+) -> T:
+    """What a call that just raised ``exc`` comes to: on a cluster, ``call`` repeated while
+    the cluster answers with transient errors (:func:`retrying`); else, or when that ends,
+    the error as delayq's.  (An ``AttributeError`` from redis-py 8.1's race, see
+    :data:`RETRYABLE`, comes out as it is on one Redis, where it does not happen.)"""
+    try:
+        if cluster is None:
+            raise exc
+        return await retrying(cluster, call, exc)
+    except TRANSLATED as again:
+        raise translate(again) from again
 
 
 _NODE_OPTIONS = (

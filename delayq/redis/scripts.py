@@ -12,9 +12,9 @@ from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
 
-from delayq.redis.cluster import is_cluster, retrying
+from delayq.redis.cluster import after_failure, is_cluster
 from delayq.redis.replies import Counts, Found, Reservation
-from delayq.redis.translate import TRANSLATED, translate
+from delayq.redis.translate import TRANSLATED
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -123,12 +123,7 @@ class Scripts:
     async def _retry(self, call: Callable[[], Awaitable[Any]], exc: Exception) -> Any:
         """On a cluster: repeat ``call`` while slots move or a master is replaced.  Raises
         ``exc`` (or the last error) as delayq's error; ``AttributeError`` as it is."""
-        try:
-            if self._cluster is None:
-                raise exc
-            return await retrying(self._cluster, call, exc)
-        except TRANSLATED as again:
-            raise translate(again) from again
+        return await after_failure(self._cluster, call, exc)
 
     async def _write(
         self,

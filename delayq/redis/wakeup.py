@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as rexc
 
-from delayq.cancel import raise_if_cancelling
+from delayq.cancel import cancel_all, raise_if_cancelling
 from delayq.redis.cluster import NodeClients, is_cluster
 from delayq.redis.connection import SILENCE_TIMEOUT
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable, Sequence
+    from collections.abc import Awaitable, Callable, Iterable
 
     from redis.asyncio import Redis, RedisCluster
     from redis.asyncio.client import PubSub
@@ -369,19 +369,11 @@ async def _serve_shards(
         for task in done:
             task.result()  # raises the failure
     finally:
-        await _cancel_all(tasks)
-
-
-async def _cancel_all(tasks: Sequence[asyncio.Future[None]]) -> None:
-    """Cancel ``tasks`` and wait for them, cancelling again any that swallowed it."""
-    pending = set(tasks)
-    while pending:
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=1.0)
-    for task in tasks:
-        if not task.cancelled():
-            task.exception()  # retrieved, so asyncio does not log it as never retrieved
+        while await cancel_all(tasks, within=1.0):
+            log.warning("a wake-up session did not end after its cancel; cancelling it again")
+        for task in tasks:
+            if not task.cancelled():
+                task.exception()  # retrieved, so asyncio does not log it as never retrieved
 
 
 def _text(value: Any) -> str:
