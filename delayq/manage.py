@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Protocol
 from delayq.errors import InvalidInputError
 from delayq.redis.keys import check_task_id, check_topic, topics_key
 from delayq.redis.translate import redis_errors
-from delayq.schedule import Timeline, UpcomingPage, timeline, upcoming
 from delayq.task import TaskInfo, TopicStats, from_millis, stored_task_info
+from delayq.upcoming import Timeline, UpcomingPage, timeline, upcoming
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

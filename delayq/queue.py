@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter
     from redis.asyncio import Redis, RedisCluster
 
-    from delayq.hooks import Lifespan, Middleware
+    from delayq.middleware import Lifespan, Middleware
     from delayq.redis.lane import ScriptLane
     from delayq.task import SendResult
     from delayq.topic import OnConflict

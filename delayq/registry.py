@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from delayq.errors import InvalidInputError
-from delayq.hooks import Lifespan, Middleware, check_lifespan, check_middleware
+from delayq.middleware import Lifespan, Middleware, check_lifespan, check_middleware
 from delayq.redis.keys import check_topic
 from delayq.task import from_millis
 from delayq.ticks import CatchUp, PeriodicOptions, check_catch_up, schedule

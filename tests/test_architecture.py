@@ -10,7 +10,7 @@ The layers, from the top (a module may import its own layer and the ones below):
     queue        delayq.queue and the modules it delegates to
     worker       delayq.worker.*
     redis        delayq.redis.*
-    leaves       errors, duration, backoff, ids, codec, task, cancel, topic, limits, hooks,
+    leaves       errors, duration, backoff, ids, codec, task, cancellation, topic, limits, middleware,
                  ticks, headers, events: anyone may import these
 """
 
@@ -32,10 +32,10 @@ LEAVES = {
     "delayq.ids",
     "delayq.codec",
     "delayq.task",
-    "delayq.cancel",
+    "delayq.cancellation",
     "delayq.topic",
     "delayq.limits",
-    "delayq.hooks",
+    "delayq.middleware",
     "delayq.ticks",
     "delayq.headers",
     "delayq.events",

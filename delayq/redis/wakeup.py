@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as rexc
 
-from delayq.cancel import cancel_all, raise_if_cancelling
+from delayq.cancellation import cancel_all, raise_if_cancelling
 from delayq.redis.cluster import NodeClients, is_cluster
 from delayq.redis.connection import SILENCE_TIMEOUT
 
@@ -250,7 +250,7 @@ async def _receive(
     sent_at: float | None = None
     while True:
         # A heartbeat is a socket write, timed by asyncio.wait_for, which on Python 3.11
-        # can swallow a cancel (delayq.cancel): without this check a cancelled session
+        # can swallow a cancel (delayq.cancellation): without this check a cancelled session
         # went on listening, and a worker on a Redis Cluster never finished stopping.
         raise_if_cancelling()
         message = await pubsub.get_message(timeout=HEARTBEAT)

@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from delayq.cancel import raise_if_cancelling
+from delayq.cancellation import raise_if_cancelling
 from delayq.errors import DelayqError
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from delayq.cancel import first_of, raise_if_cancelling
+from delayq.cancellation import first_of, raise_if_cancelling
 from delayq.errors import DelayqError
 from delayq.ticks import MAX_CATCH_UP, tick_id
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
-from delayq.cancel import cancel_all, first_of, raise_if_cancelling
+from delayq.cancellation import cancel_all, first_of, raise_if_cancelling
 from delayq.duration import Duration, to_seconds
 from delayq.errors import (
     DelayqError,
@@ -37,7 +37,7 @@ from delayq.errors import (
     RedisUnavailableError,
     UnsupportedRedisError,
 )
-from delayq.hooks import lifespan_context
+from delayq.middleware import lifespan_context
 from delayq.redis.checks import check_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope
