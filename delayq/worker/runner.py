@@ -41,9 +41,10 @@ from delayq.middleware import lifespan_context
 from delayq.redis.checks import check_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope
-from delayq.worker import embedded
 from delayq.worker.chain import build_chain
 from delayq.worker.declare import declare_limits
+from delayq.worker.embedded import start as start_embedded
+from delayq.worker.embedded import stop as stop_embedded
 from delayq.worker.execution import Executor
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 from delayq.worker.periodic import Keeper
@@ -159,7 +160,7 @@ class Worker:
     async def __aenter__(self) -> Self:
         """Run the worker in the background on this event loop (``queue.worker()``);
         returns once it consumes.  See :mod:`delayq.worker.embedded`."""
-        self._embedded = await embedded.start(self)
+        self._embedded = await start_embedded(self)
         return self
 
     async def __aexit__(
@@ -171,7 +172,7 @@ class Worker:
         """Stop the worker gracefully (the two-stage stop) and wait for it."""
         run, self._embedded = self._embedded, None
         if run is not None:
-            await embedded.stop(self, run)
+            await stop_embedded(self, run)
 
     @property
     def held(self) -> int:
