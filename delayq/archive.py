@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from delayq.bounds import bounded_int
 from delayq.errors import InvalidInputError
 from delayq.history import HistoryRecord, parse_entry
 from delayq.redis.translate import redis_errors
@@ -94,8 +95,7 @@ class Archiver:
         table: str = DEFAULT_TABLE,
         batch: int = 500,
     ) -> None:
-        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
-            raise InvalidInputError(f"batch must be an int in [1, {MAX_BATCH}], got {batch!r}")
+        bounded_int(batch, "batch", 1, MAX_BATCH)
         self.queue = queue
         self._owns_engine = isinstance(engine, str)
         self.engine = create_async_engine(engine) if isinstance(engine, str) else engine

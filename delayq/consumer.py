@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
+from delayq.bounds import bounded_int
 from delayq.duration import Duration, to_millis, to_seconds
 from delayq.errors import InvalidDurationError, InvalidInputError, LeaseLostError
 from delayq.events import Hooks, TaskEvent
@@ -192,8 +193,7 @@ class Consumer:
             RedisUnavailableError: Redis could not be reached.
         """
         keys = self._keys(topic)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BATCH:
-            raise InvalidInputError(f"limit must be an int in [1, {MAX_BATCH}], got {limit!r}")
+        bounded_int(limit, "limit", 1, MAX_BATCH)
         wait_s = to_seconds(wait, name="wait")
         if wait_s > MAX_WAIT_SECONDS:
             raise InvalidDurationError(f"wait must be at most {MAX_WAIT_SECONDS:g} s, got {wait!r}")

@@ -11,7 +11,7 @@ import asyncio
 import heapq
 from typing import TYPE_CHECKING
 
-from delayq.errors import InvalidInputError
+from delayq.bounds import bounded_int
 from delayq.redis.keys import check_task_id, topics_key
 from delayq.redis.translate import redis_errors
 from delayq.task import TaskInfo, TopicStats, from_millis, stored_task_info
@@ -74,8 +74,8 @@ async def dead_letters(
     scripts: Scripts, shards: ShardMap, topic: str, limit: int, offset: int
 ) -> list[TaskInfo]:
     """A page of ``topic``'s dead letters (see :meth:`delayq.Queue.dead_letters`)."""
-    if not (isinstance(limit, int) and isinstance(offset, int) and limit >= 1 and offset >= 0):
-        raise InvalidInputError("limit must be >= 1 and offset >= 0")
+    bounded_int(limit, "limit", 1)
+    bounded_int(offset, "offset", 0)
     every = await shards.every(topic)
     if len(every) == 1:
         _now, rows = await scripts.dead_letters(every[0], offset=offset, limit=limit)

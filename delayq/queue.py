@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
+from delayq.bounds import bounded_int
 from delayq.codec import DEFAULT_MAX_BODY_BYTES
 from delayq.consumer import Consumer
 from delayq.duration import Duration, to_epoch_millis, to_millis
@@ -70,14 +71,7 @@ class Queue:
         durability: Durability | None = None,
     ) -> None:
         self.name = check_queue_name(name)
-        if (
-            isinstance(max_body_bytes, bool)
-            or not isinstance(max_body_bytes, int)
-            or max_body_bytes < 1
-        ):
-            raise InvalidInputError(
-                f"max_body_bytes must be a positive int, got {max_body_bytes!r}"
-            )
+        bounded_int(max_body_bytes, "max_body_bytes", 1)
         # A RedisCluster speaks the same commands; delayq's parts type it as Redis.
         self.redis: Redis = cast("Redis", redis)
         self.max_body_bytes = max_body_bytes

@@ -12,8 +12,8 @@ The layers, from the top (a module may import its own layer and the ones below):
     queue        delayq.queue and the modules it delegates to
     worker       delayq.worker.*
     redis        delayq.redis.*
-    leaves       errors, duration, backoff, ids, codec, task, cancellation, topic, limits, middleware,
-                 ticks, headers, events: anyone may import these
+    leaves       errors, bounds, pacing, duration, backoff, ids, codec, task, cancellation,
+                 topic, limits, middleware, ticks, headers, events: anyone may import these
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ LEAVES = {
     "delayq.codec",
     "delayq.task",
     "delayq.cancellation",
+    "delayq.bounds",
+    "delayq.pacing",
     "delayq.topic",
     "delayq.limits",
     "delayq.middleware",

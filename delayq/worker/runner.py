@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
+from delayq.bounds import bounded_int
 from delayq.cancellation import cancel_all, first_of, raise_if_cancelling
 from delayq.duration import Duration, to_seconds
 from delayq.errors import (
@@ -38,6 +39,7 @@ from delayq.errors import (
     UnsupportedRedisError,
 )
 from delayq.middleware import lifespan_context
+from delayq.pacing import RetryPacing
 from delayq.redis.checks import check_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope
@@ -106,8 +108,7 @@ class Worker:
         on_outcome: Callable[[Outcome], None] | None = None,
         threads: int | None = None,
     ) -> None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidInputError(f"concurrency must be a positive int, got {concurrency!r}")
+        bounded_int(concurrency, "concurrency", 1)
         names = list(queue.topics) if topics is None else list(topics)
         unknown = [name for name in names if name not in queue.topics]
         if unknown:
@@ -131,8 +132,7 @@ class Worker:
         self._wakeup = Wakeup(queue.redis, [keys.wake for _, keys in self._shards])
         self._embedded: asyncio.Task[None] | None = None
         self.threads = concurrency if threads is None else threads
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
-            raise InvalidInputError(f"threads must be a positive int, got {threads!r}")
+        bounded_int(self.threads, "threads", 1)
         self._executor = Executor(
             queue.scripts, self._deadlines, self._held,
             max_body_bytes=queue.max_body_bytes, ack_limit=concurrency,
@@ -279,7 +279,7 @@ class Worker:
         return keepers
 
     async def _wait_for_redis(self) -> None:
-        retry_in = 0.1
+        pacing = RetryPacing(first=0.1, cap=2.0)
         while True:
             try:
                 await check_server(self.queue.redis)
@@ -288,8 +288,7 @@ class Worker:
                 raise
             except RedisUnavailableError as exc:
                 log.warning("waiting for Redis: %s", exc)
-                await asyncio.sleep(retry_in)
-                retry_in = min(retry_in * 2, 2.0)
+                await asyncio.sleep(pacing.failed())
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         installed: list[int] = []
@@ -306,7 +305,7 @@ class Worker:
     async def _fetch(self, topic: Topic[Any], keys: TopicKeys) -> None:
         wake = self._wakeup.event(keys.wake)
         loop = asyncio.get_running_loop()
-        failures = 0
+        pacing = RetryPacing()
         while True:
             raise_if_cancelling()
             wanted = await self._slots.take(self._batch, self._stopping)
@@ -322,12 +321,11 @@ class Worker:
                 )  # fmt: skip
             except DelayqError as exc:
                 self._slots.give(wanted)
-                failures += 1
-                pause = min(0.05 * 2**failures, 1.0)
+                pause = pacing.failed()
                 log.warning("reserve on %r failed (%s); retrying in %.2fs", topic.name, exc, pause)
                 await self._sleep(wake, pause)
                 continue
-            failures = 0
+            pacing.succeeded()
             if found.skipped:
                 log_skipped(topic.name, found.skipped)
             if found.reclaimed and self.queue.hooks.listeners:
