@@ -62,14 +62,10 @@ class Queue:
     """
 
     def __init__(
-        self,
-        redis: Redis | RedisCluster,
-        *,
-        name: str = "default",
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        past_tolerance: Duration = 5.0,
+        self, redis: Redis | RedisCluster, *, name: str = "default",
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, past_tolerance: Duration = 5.0,
         durability: Durability | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.name = check_queue_name(name)
         bounded_int(max_body_bytes, "max_body_bytes", 1)
         # A RedisCluster speaks the same commands; delayq's parts type it as Redis.
@@ -136,14 +132,9 @@ class Queue:
 
     @classmethod
     def from_sentinel(
-        cls,
-        sentinels: Sequence[tuple[str, int]],
-        *,
-        service: str,
-        name: str = "default",
-        sentinel_options: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> Queue:
+        cls, sentinels: Sequence[tuple[str, int]], *, service: str, name: str = "default",
+        sentinel_options: Mapping[str, Any] | None = None, **options: Any,
+    ) -> Queue:  # fmt: skip
         """Open a queue on the primary that Redis Sentinel names ``service``, following it
         through failovers (``redis.asyncio.sentinel``; no script lane).
 
@@ -160,12 +151,9 @@ class Queue:
 
     @classmethod
     def _owning(
-        cls,
-        client: Redis | RedisCluster,
-        name: str,
-        options: dict[str, Any],
+        cls, client: Redis | RedisCluster, name: str, options: dict[str, Any],
         lane: ScriptLane | None = None,
-    ) -> Queue:
+    ) -> Queue:  # fmt: skip
         queue = cls(client, name=name, **options)
         if lane is not None:
             queue._use_scripts(Scripts(queue.redis, lane=lane))
@@ -185,11 +173,9 @@ class Queue:
         return self
 
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         await self.close()
 
     # -- registering handlers ---------------------------------------------------------------
@@ -364,18 +350,11 @@ class Queue:
         return await self.send_delayed(topic, body, delay=0, **options)
 
     async def send_delayed(
-        self,
-        topic: str,
-        body: Any,
-        delay: Duration,
-        *,
-        task_id: str | None = None,
-        ttr: Duration | None = None,
-        max_attempts: int | None = None,
-        on_conflict: OnConflict = "keep",
-        priority: int = 0,
+        self, topic: str, body: Any, delay: Duration, *, task_id: str | None = None,
+        ttr: Duration | None = None, max_attempts: int | None = None,
+        on_conflict: OnConflict = "keep", priority: int = 0,
         headers: Mapping[str, str] | None = None,
-    ) -> SendResult:
+    ) -> SendResult:  # fmt: skip
         """Send a task that becomes due ``delay`` after Redis receives it (Redis's clock).
 
         Args:
@@ -411,19 +390,11 @@ class Queue:
         )  # fmt: skip
 
     async def send_many(
-        self,
-        topic: str,
-        bodies: Iterable[Any],
-        *,
-        delay: Duration | Sequence[Duration] = 0,
-        task_ids: Iterable[str] | None = None,
-        ttr: Duration | None = None,
-        max_attempts: int | None = None,
-        batch_size: int = 500,
-        on_conflict: OnConflict = "keep",
-        priority: int = 0,
-        headers: Mapping[str, str] | None = None,
-    ) -> list[SendResult]:
+        self, topic: str, bodies: Iterable[Any], *, delay: Duration | Sequence[Duration] = 0,
+        task_ids: Iterable[str] | None = None, ttr: Duration | None = None,
+        max_attempts: int | None = None, batch_size: int = 500, on_conflict: OnConflict = "keep",
+        priority: int = 0, headers: Mapping[str, str] | None = None,
+    ) -> list[SendResult]:  # fmt: skip
         """Send many tasks to one topic with one round trip per batch.
 
         Every body, id and delay is validated before anything is written.  Each batch of
@@ -464,18 +435,11 @@ class Queue:
         )  # fmt: skip
 
     async def send_at(
-        self,
-        topic: str,
-        body: Any,
-        at: datetime,
-        *,
-        task_id: str | None = None,
-        ttr: Duration | None = None,
-        max_attempts: int | None = None,
-        on_conflict: OnConflict = "keep",
-        priority: int = 0,
+        self, topic: str, body: Any, at: datetime, *, task_id: str | None = None,
+        ttr: Duration | None = None, max_attempts: int | None = None,
+        on_conflict: OnConflict = "keep", priority: int = 0,
         headers: Mapping[str, str] | None = None,
-    ) -> SendResult:
+    ) -> SendResult:  # fmt: skip
         """Send a task due at the aware datetime ``at``.
 
         A time up to ``past_tolerance`` (default 5 s) in the past, judged on Redis's clock,
@@ -505,13 +469,9 @@ class Queue:
         return await self._producer.cancel(topic, check_task_id(task_id))
 
     async def reschedule(
-        self,
-        topic: str,
-        task_id: str,
-        *,
-        delay: Duration | None = None,
+        self, topic: str, task_id: str, *, delay: Duration | None = None,
         at: datetime | None = None,
-    ) -> bool:
+    ) -> bool:  # fmt: skip
         """Move a delayed or ready task to ``delay`` from now, or to the aware datetime ``at``.
 
         Returns:
@@ -574,7 +534,7 @@ class Queue:
 
     async def upcoming(
         self, topic: str, *, limit: int = 50, cursor: str | None = None
-    ) -> UpcomingPage:
+    ) -> UpcomingPage:  # fmt: skip
         """The next ``limit`` (1..500) delayed or ready tasks of ``topic``, in due order.
 
         Costs Redis O(limit), not O(tasks).  Pass the page's ``cursor`` back for the next
@@ -613,13 +573,9 @@ class Queue:
     # -- consuming --------------------------------------------------------------------------
 
     async def run_worker(
-        self,
-        concurrency: int = 50,
-        topics: Iterable[str] | None = None,
-        grace: Duration = 10.0,
-        *,
+        self, concurrency: int = 50, topics: Iterable[str] | None = None, grace: Duration = 10.0, *,
         handle_signals: bool = True,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Consume this queue's registered topics until cancelled or SIGINT/SIGTERM.
 
         Args:
