@@ -32,8 +32,8 @@ from delayq.redis.keys import shard_wake_pattern, wake_pattern
 from delayq.redis.wakeup import Signal, WakeupHub
 from delayq.task import Envelope, from_millis
 from delayq.worker.execution import MAX_ERROR_CHARS
-from delayq.worker.report import nack_event, tell_reclaimed
-from delayq.worker.runner import IDLE_RECHECK, MAX_BATCH, MAX_RECLAIM, log_skipped
+from delayq.worker.report import log_skipped, nack_event, tell_reclaimed
+from delayq.worker.runner import IDLE_RECHECK, MAX_BATCH, MAX_RECLAIM
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -35,12 +35,10 @@ from delayq.errors import (
     DelayqError,
     InvalidInputError,
     LifespanError,
-    RedisUnavailableError,
-    UnsupportedRedisError,
 )
 from delayq.middleware import lifespan_context
 from delayq.pacing import RetryPacing
-from delayq.redis.checks import check_server
+from delayq.redis.checks import wait_for_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope
 from delayq.worker.chain import build_chain
@@ -50,7 +48,7 @@ from delayq.worker.embedded import stop as stop_embedded
 from delayq.worker.execution import Executor
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 from delayq.worker.periodic import Keeper
-from delayq.worker.report import Reporter, tell_reclaimed
+from delayq.worker.report import Reporter, log_skipped, tell_reclaimed
 from delayq.worker.rollup import prepare
 
 if TYPE_CHECKING:
@@ -71,13 +69,6 @@ MAX_RECLAIM = 100
 IDLE_RECHECK = 2.0
 """Longest sleep of an idle fetch loop.  Precision comes from due times and wake-ups; this
 only bounds the damage of a silently dead pub/sub connection."""
-MAX_LOGGED_IDS = 10
-SKIP_REASONS = {
-    "missing": "dropped: scheduled or leased, but the stored task is missing (a send whose "
-    "HSET failed, e.g. denied by an ACL, or a field deleted by hand); nothing to run",
-    "corrupt": "dead-lettered as CorruptTask: the stored envelope is unreadable",
-}
-"""What reserve.lua reports for entries it could not lease, as the worker logs them."""
 STOP_TIMEOUT = 1.0
 """After the grace period, how long cancelled handlers get to unwind before we move on."""
 
@@ -99,15 +90,10 @@ class Worker:
     """
 
     def __init__(
-        self,
-        queue: TaskSource,
-        *,
-        concurrency: int = 50,
-        topics: Iterable[str] | None = None,
-        grace: Duration = 10.0,
-        on_outcome: Callable[[Outcome], None] | None = None,
+        self, queue: TaskSource, *, concurrency: int = 50, topics: Iterable[str] | None = None,
+        grace: Duration = 10.0, on_outcome: Callable[[Outcome], None] | None = None,
         threads: int | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         bounded_int(concurrency, "concurrency", 1)
         names = list(queue.topics) if topics is None else list(topics)
         unknown = [name for name in names if name not in queue.topics]
@@ -164,11 +150,9 @@ class Worker:
         return self
 
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Stop the worker gracefully (the two-stage stop) and wait for it."""
         run, self._embedded = self._embedded, None
         if run is not None:
@@ -234,12 +218,9 @@ class Worker:
         }
         loop = asyncio.get_running_loop()
         self._executor.now = loop.time
-        signals = self._install_signals(loop) if handle_signals else []
-        log.info(
-            "worker started: topics=%s concurrency=%d",
-            [t.name for t in self.topics],
-            self.concurrency,
-        )
+        signals = install_signals(loop, self.stop) if handle_signals else []
+        names = [t.name for t in self.topics]
+        log.info("worker started: topics=%s concurrency=%d", names, self.concurrency)
         # Consumers live outside the TaskGroup: a handler that ignores cancellation (some
         # libraries swallow it on Python 3.11) must not keep run() from returning.
         consumers = [asyncio.create_task(self._consume()) for _ in range(self.concurrency)]
@@ -279,26 +260,7 @@ class Worker:
         return keepers
 
     async def _wait_for_redis(self) -> None:
-        pacing = RetryPacing(first=0.1, cap=2.0)
-        while True:
-            try:
-                await check_server(self.queue.redis)
-                return
-            except UnsupportedRedisError:
-                raise
-            except RedisUnavailableError as exc:
-                log.warning("waiting for Redis: %s", exc)
-                await asyncio.sleep(pacing.failed())
-
-    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
-        installed: list[int] = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self.stop)
-            except (ValueError, RuntimeError, NotImplementedError):
-                continue  # not the main thread, or no signal support: stop() still works
-            installed.append(sig)
-        return installed
+        await wait_for_server(self.queue.redis)
 
     # -- fetching ---------------------------------------------------------------------------
 
@@ -398,11 +360,9 @@ class Worker:
     # -- stopping ---------------------------------------------------------------------------
 
     async def _shutdown(
-        self,
-        fetchers: list[asyncio.Task[None]],
-        consumers: list[asyncio.Task[None]],
+        self, fetchers: list[asyncio.Task[None]], consumers: list[asyncio.Task[None]],
         acker: asyncio.Task[None],
-    ) -> None:
+    ) -> None:  # fmt: skip
         # 1. Stop leasing; a fetch loop finishes the reserve call it is in, so no reply is lost.
         await asyncio.gather(*fetchers, return_exceptions=True)
         # 2. Leased but not started: hand back at once.
@@ -425,12 +385,13 @@ class Worker:
         await asyncio.gather(*(self._executor.nack(d, "release", 0, "") for d in deliveries))
 
 
-def log_skipped(topic: str, skipped: list[tuple[str, str]]) -> None:
-    """Warn about the entries a reserve dropped or buried, naming at most
-    :data:`MAX_LOGGED_IDS` ids per reason: they never reach a handler."""
-    for reason, what in SKIP_REASONS.items():
-        ids = [task_id for task_id, why in skipped if why == reason]
-        if ids:
-            shown = ", ".join(map(repr, ids[:MAX_LOGGED_IDS]))
-            more = f" and {len(ids) - MAX_LOGGED_IDS} more" if len(ids) > MAX_LOGGED_IDS else ""
-            log.warning("topic %r: %d task(s) %s: %s%s", topic, len(ids), what, shown, more)
+def install_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> list[int]:
+    """Call ``stop`` on SIGINT and SIGTERM; returns the signals it could install."""
+    installed: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop)
+        except (ValueError, RuntimeError, NotImplementedError):
+            continue  # not the main thread, or no signal support: stop() still works
+        installed.append(sig)
+    return installed
