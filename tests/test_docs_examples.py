@@ -167,7 +167,7 @@ async def run_pytest_blocks(page: Path, tests: list[Block], where: Path) -> None
         "-q",
         "-p",
         "no:cacheprovider",
-                "-c",
+        "-c",
         str(where / "pytest.ini"),
         "--rootdir",
         str(where),
