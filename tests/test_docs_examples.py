@@ -128,6 +128,10 @@ def import_file(root: Path, relative: str, code: str) -> dict[str, Any]:
             (root / package / "__init__.py").touch()
     path.write_text(code)
     importlib.invalidate_caches()
+    top = relative.split("/", maxsplit=1)[0].removesuffix(".py")
+    module = sys.modules.get(top)
+    if module is not None and not (getattr(module, "__file__", None) or "").startswith(str(root)):
+        raise AssertionError(f"an example's package {top!r} is already imported from elsewhere")
     module = importlib.import_module(relative.removesuffix(".py").replace("/", "."))
     return {name: value for name, value in vars(module).items() if not name.startswith("_")}
 
