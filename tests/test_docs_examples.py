@@ -80,23 +80,29 @@ def test_every_page_with_python_is_collected() -> None:
     assert len(pages_with_examples()) >= 5
 
 
-def test_a_block_that_fails_fails_the_page(tmp_path: Path) -> None:
+async def test_a_failing_example_fails_and_a_marked_fragment_is_skipped(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text("text\n\n```python\nraise ValueError('boom')\n```\n")
-    (block,) = blocks(page)
-    with pytest.raises(ValueError, match="boom"):
-        exec(compile(block.code, str(page), "exec"), {})
+    page.write_text(
+        "<!-- not-run: a fragment -->\n```python\nundefined_name\n```\n\n"
+        "```python\nimport asyncio\n\nawait asyncio.sleep(0)\nvalue = 1\n```\n\n"
+        "```python\nassert value == 2, 'boom'\n```\n"
+    )
+    with pytest.raises(AssertionError, match=r"page\.md:14 failed: AssertionError\('boom'\)"):
+        await run_page(page, tmp_path / "modules")
 
 
 async def run_page(page: Path, tmp_path: Path) -> None:
     namespace: dict[str, Any] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
+    tmp_path.mkdir(exist_ok=True)
     sys.path.insert(0, str(tmp_path))
     modules_before = set(sys.modules)
     try:
         for block in blocks(page):
             if not block.run or block.is_pytest:
                 continue
-            where = f"{page.relative_to(ROOT)}:{block.line}"
+            where = (
+                f"{page.relative_to(ROOT) if page.is_relative_to(ROOT) else page.name}:{block.line}"
+            )
             first = block.code.splitlines()[0] if block.code else ""
             match = FILE_LINE.fullmatch(first.strip())
             try:
