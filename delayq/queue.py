@@ -240,8 +240,12 @@ class Queue:
             catch_up: ticks missed while no worker could schedule them: ``"latest"`` runs
                 the most recent one, ``"all"`` runs them all, oldest first (at most
                 :data:`~delayq.ticks.MAX_CATCH_UP`), ``"none"`` skips them.
-            ttr, max_attempts, backoff, rate_limit, max_running: as for :meth:`topic`
-                (``max_running=1``: a run never overlaps the previous one, on any worker).
+            ttr: as for :meth:`topic`.
+            max_attempts: as for :meth:`topic`.
+            backoff: as for :meth:`topic`.
+            rate_limit: as for :meth:`topic`.
+            max_running: as for :meth:`topic` (``max_running=1``: a run never overlaps the
+                previous one, on any worker).
 
         Raises:
             InvalidScheduleError: a bad ``cron``, ``every``, ``tz`` or ``catch_up``, at
