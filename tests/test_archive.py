@@ -239,6 +239,28 @@ async def test_an_archiver_killed_at_its_commit_loses_and_repeats_nothing(
     assert len(await queue.history("a")) == 12
 
 
+async def test_archivers_killed_wherever_they_are_leave_every_record_once(
+    queue: Queue, redis_url: str, database: str, engine: AsyncEngine, table: str
+) -> None:
+    command = module_command("archive", "--url", redis_url, "--name", queue.name, "--to",
+                             database, "--table", table, "--batch", "3", "--every", "0")  # fmt: skip
+    await Archiver(queue, engine, table=table).create_table()
+    sent = 0
+    for _ in range(3):
+        await finish(queue, "a", 20, start=sent)
+        sent += 20
+        before = len(await rows(engine, table))
+        process = await asyncio.create_subprocess_exec(
+            *command, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL
+        )
+        await wait_for_rows(engine, table, before + 1)  # mid-run, wherever it is
+        process.kill()
+        await process.wait()
+    result = await run_cli(module_command(*command[3:-2]), {})
+    assert result.returncode == 0, result.stderr
+    assert keys_of(await rows(engine, table)) == [("a", 0, n) for n in range(1, sent + 1)]
+
+
 async def test_one_history_feeds_two_databases_each_with_its_cursor(
     queue: Queue, redis_url: str
 ) -> None:
