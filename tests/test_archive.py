@@ -11,6 +11,7 @@ The databases (docs/observability.md, "Where the test databases come from"): Pos
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import uuid
@@ -164,11 +165,13 @@ async def test_a_400_kb_body_and_millisecond_times_survive(
     queue: Queue, engine: AsyncEngine, table: str
 ) -> None:
     blob = {"blob": "é" * 200_000}  # 400 KB of UTF-8, inside the 512 KiB body limit
-    await finish(queue, "big", 2, body=blob)
+    # 45 of them, 18 MB in one batch: more than MySQL's default max_allowed_packet (the
+    # driver splits a many-row INSERT into statements under it).
+    await finish(queue, "big", 45, body=blob)
     records = sorted(await queue.history("big"), key=lambda r: r.seq)
-    assert await Archiver(queue, engine, table=table).archive("big") == 2
+    assert await Archiver(queue, engine, table=table).archive("big") == 45
     stored = await rows(engine, table)
-    assert [r["body"] for r in stored] == [blob, blob]
+    assert [r["body"] for r in stored] == [blob] * 45
     for record, got in zip(records, stored, strict=True):
         for field in ("enqueued_at", "due_at", "started_at", "finished_at"):
             assert aware(got[field]) == getattr(record, field)
@@ -492,3 +495,53 @@ async def test_archived_lua_moves_a_cursor_only_forward_and_survives_script_flus
     await queue.redis.set(cursors, "x")
     with pytest.raises(ResponseError, match=r"WRONGTYPE delayq key .* not a hash"):
         await script(keys=[cursors], args=["pg", 10])
+
+
+async def test_an_unreachable_database_is_named_with_exit_2(queue: Queue, redis_url: str) -> None:
+    await finish(queue, "a", 1)
+    nowhere = "postgresql+asyncpg://postgres@127.0.0.1:1/test"  # port 1: refused
+    result = await run_cli(
+        module_command("archive", "--url", redis_url, "--name", queue.name, "--to", nowhere), {}
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("delayq: archive destination postgresql://127.0.0.1:1/test/")
+    assert "Traceback" not in result.stderr
+
+
+async def test_records_trimmed_before_they_were_archived_are_counted_in_a_warning(
+    queue: Queue, engine: AsyncEngine, table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    archiver = Archiver(queue, engine, table=table)
+    await finish(queue, "a", 3, history=10)
+    assert await archiver.archive("a") == 3
+    await finish(queue, "a", 14, history=10, start=3)  # seqs 4-17; Redis keeps about 10
+    kept = sorted(r.seq for r in await queue.history("a"))
+    with caplog.at_level(logging.WARNING, logger="delayq.archive"):
+        assert await archiver.archive("a") == len(kept)
+    missed = kept[0] - 4
+    assert missed > 0
+    assert f"{missed} record(s) of topic 'a' left Redis's history before" in caplog.text
+
+
+async def test_archive_every_logs_an_unreachable_database_and_feeds_the_other(
+    queue: Queue, redis_url: str, database: str, engine: AsyncEngine, table: str
+) -> None:
+    await finish(queue, "a", 3)
+    await Archiver(queue, engine, table=table).create_table()
+    nowhere = "postgresql+asyncpg://postgres@127.0.0.1:1/test"
+    command = module_command("archive", "--url", redis_url, "--name", queue.name, "--to",
+                             nowhere, "--to", database, "--table", table, "--every", "0.1")  # fmt: skip
+    process = await asyncio.create_subprocess_exec(
+        *command, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        await wait_for_rows(engine, table, 3)
+        await finish(queue, "a", 2, start=3)
+        await wait_for_rows(engine, table, 5)
+    finally:
+        process.terminate()
+        _, err = await asyncio.wait_for(process.communicate(), 30)
+    assert (
+        "ERROR delayq.archive: archive destination postgresql://127.0.0.1:1/test/" in err.decode()
+    )
+    assert "Traceback" not in err.decode()

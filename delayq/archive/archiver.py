@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from delayq.archive.errors import ArchiveFailed, DestinationUnreachable, RecordNotArchived
+from delayq.archive.errors import (
+    ArchiveFailed,
+    DestinationError,
+    DestinationUnreachable,
+    RecordNotArchived,
+)
 from delayq.archive.table import (
     DEFAULT_TABLE,
     history_table,
@@ -89,8 +94,13 @@ class Archiver:
             DestinationError: the database is unreachable or its table's layout is refused.
         """
         async with self._connect() as connection:
-            await connection.run_sync(prepare, self.table, self._migrate)
-            await connection.commit()
+            try:
+                await connection.run_sync(prepare, self.table, self._migrate)
+                await connection.commit()
+            except DBAPIError as exc:  # e.g. no right to create or alter the table
+                raise DestinationError(
+                    f"cannot prepare table {self.table.name!r} in {self.name}: {_reason(exc)}"
+                ) from exc
         self._prepared = True
 
     async def archive(self, topic: str) -> int:
