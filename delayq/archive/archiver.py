@@ -21,7 +21,7 @@ from delayq.archive.table import (
     prepare,
     row,
 )
-from delayq.errors import InvalidInputError
+from delayq.bounds import bounded_int
 from delayq.history import HistoryRecord, parse_entry
 from delayq.redis.scripts import lua_source
 from delayq.redis.translate import redis_errors
@@ -64,8 +64,7 @@ class Archiver:
         name: str | None = None,
         migrate: bool = False,
     ) -> None:
-        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
-            raise InvalidInputError(f"batch must be an int in [1, {MAX_BATCH}], got {batch!r}")
+        bounded_int(batch, "batch", 1, MAX_BATCH)
         self.queue = queue
         self._owns_engine = isinstance(engine, str)
         self.engine = create_async_engine(engine) if isinstance(engine, str) else engine
