@@ -42,7 +42,8 @@ class HistoryRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     seq: int
-    """The record's number in its topic (increasing; unique: an archive's key)."""
+    """The record's number in its topic, or in its shard of a sharded topic (increasing;
+    unique there: with the shard, an archive's key)."""
     id: str
     topic: str
     outcome: Outcome
