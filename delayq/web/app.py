@@ -6,13 +6,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException
 
 import delayq
-from delayq.web import dashboard, errors
 from delayq.web.api import SLASH, Api
 from delayq.web.auth import Tokens
-from delayq.web.fast import FastLane
+from delayq.web.dashboard import install as install_dashboard
+from delayq.web.endpoint import routes as per_task_routes
+from delayq.web.errors import ApiError, install
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,9 +25,7 @@ BODY_MARGIN = 64 * 1024
 """Request bytes allowed beyond the queue's ``max_body_bytes`` (the JSON around the body)."""
 
 
-def create_app(
-    queue: Queue, tokens: Tokens | None = None, *, title: str = "delayq", fast_lane: bool = True
-) -> FastAPI:
+def create_app(queue: Queue, tokens: Tokens | None = None, *, title: str = "delayq") -> FastAPI:
     """The HTTP API (under ``/api``, OpenAPI at ``/api/openapi.json``) and the dashboard
     (at ``/``) of ``queue``.
 
@@ -38,12 +38,14 @@ def create_app(
         tokens: who may do what (:class:`~delayq.web.auth.Tokens`); ``None`` or none
             configured: read-only, and reads need no token.
         title: the API's title in the OpenAPI document.
-        fast_lane: serve the per-task routes without FastAPI's per-request machinery
-            (:mod:`delayq.web.fast`; same answers, several times the rate).  ``False``
-            leaves every request to FastAPI, e.g. to compare.
+
+    Returns:
+        A FastAPI app: the per-task routes are plain Starlette routes
+        (:mod:`delayq.web.endpoint`), the others FastAPI's; the OpenAPI document
+        describes them all from the same models.
     """
     tokens = tokens if tokens is not None else Tokens()
-    app = DelayqApp(
+    app = FastAPI(
         title=title,
         version=delayq.__version__,
         openapi_url="/api/openapi.json",
@@ -51,32 +53,26 @@ def create_app(
         redoc_url=None,
     )
     app.state.delayq_queue = queue
-    errors.install(app)
+    install(app)
     api = Api(queue, tokens)
     app.include_router(api.router())
-    dashboard.install(app)
-    limit = queue.max_body_bytes + BODY_MARGIN
-    app.add_middleware(BodyLimit, limit=limit)
+    # First, so that a per-task request is matched without trying the other routes.
+    app.router.routes[0:0] = per_task_routes(api)
+    install_dashboard(app)
+    app.add_middleware(BodyLimit, limit=queue.max_body_bytes + BODY_MARGIN)
     app.add_middleware(EncodedSlashes)
-    if fast_lane:
-        app.fast_lane = FastLane(api, limit)
+    documented = api.router(documented=True).routes
+    document: dict[str, Any] = {}
+
+    def openapi() -> dict[str, Any]:
+        # FastAPI's own generator, given every route as FastAPI routes (the per-task ones
+        # declared with the same methods and models), as FastAPI's docs extend OpenAPI.
+        if not document:
+            document.update(get_openapi(title=title, version=delayq.__version__, routes=documented))
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
-
-
-class DelayqApp(FastAPI):
-    """FastAPI, with :mod:`delayq.web.fast` in front: the per-task routes are answered
-    before FastAPI's middleware stack and router are entered; everything else goes on."""
-
-    fast_lane: FastLane | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        lane = self.fast_lane
-        if lane is not None and scope["type"] == "http":
-            route = lane.route(keep_encoded_slashes(scope))
-            if route is not None:
-                await lane.answer(route, scope, receive, send)
-                return
-        await super().__call__(scope, receive, send)
 
 
 def keep_encoded_slashes(scope: Scope) -> Scope:
@@ -135,7 +131,7 @@ class BodyLimit:
 
 
 async def _too_large(send: Send, limit: int) -> None:
-    body = errors.ApiError(error="too_large", message=f"request body over {limit} bytes")
+    body = ApiError(error="too_large", message=f"request body over {limit} bytes")
     data = body.model_dump_json().encode()
     headers: list[Any] = [
         (b"content-type", b"application/json"),

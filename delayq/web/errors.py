@@ -17,6 +17,7 @@ status  when
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +27,7 @@ from starlette.exceptions import HTTPException
 
 from delayq.errors import (
     DelayqError,
+    InvalidHeadersError,
     InvalidInputError,
     LeaseLostError,
     NotDurableError,
@@ -35,7 +37,7 @@ from delayq.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from fastapi import FastAPI, Request
 
@@ -89,6 +91,24 @@ def field_of(exc: InvalidInputError, fields: dict[str, str]) -> str | None:
     return None
 
 
+@contextmanager
+def naming(*fields: str) -> Iterator[None]:
+    """Answer the core's ``InvalidInputError`` with a 422 naming whichever of ``fields``
+    its message is about (a lease token's errors name ``token``)."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        raise renamed(exc, fields) from None
+
+
+def renamed(exc: InvalidInputError, fields: tuple[str, ...]) -> ApiProblem:
+    """The 422 that :func:`naming` answers ``exc`` with."""
+    if isinstance(exc, InvalidHeadersError):
+        return invalid(str(exc), "headers")
+    names = {field: field for field in fields} | {"lease token": "token"}
+    return invalid(str(exc), field_of(exc, names))
+
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ApiError, "description": description}
     for status, description in (
@@ -112,17 +132,18 @@ def whole_body(content_type: str, problem: str) -> ApiError:
     return ApiError(error="invalid_input", message=f"request body: {problem}", field=None)
 
 
-def invalid_request(errors: Sequence[Any], content_type: str) -> JSONResponse:
+def invalid_request(errors: Sequence[Any], content_type: str) -> ApiProblem:
     """The 422 for pydantic's errors about a request, located FastAPI's way (``body``,
     ``query`` or ``path`` first): the first error, naming its field."""
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     loc = [str(part) for part in first.get("loc", ())]
     if loc[:1] == ["body"] and (len(loc) == 1 or first.get("type") == "json_invalid"):
         # The request body as a whole: not JSON, or not an object.
-        return _response(422, whole_body(content_type, str(first.get("msg"))))
+        body = whole_body(content_type, str(first.get("msg")))
+        return ApiProblem(422, body.error, body.message)
     field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
     message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
-    return _response(422, ApiError(error="invalid_input", message=message, field=field))
+    return invalid(message, field)
 
 
 def response_for(exc: Exception, content_type: str = "") -> JSONResponse:
@@ -135,7 +156,7 @@ def response_for(exc: Exception, content_type: str = "") -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return _response(exc.status, exc.body, headers)
     if isinstance(exc, RequestValidationError):
-        return invalid_request(exc.errors(), content_type)
+        return response_for(invalid_request(exc.errors(), content_type))
     if isinstance(exc, HTTPException):
         if exc.status_code == 400:  # FastAPI's "error parsing the body" (not UTF-8...)
             return _response(422, whole_body(content_type, str(exc.detail)))
