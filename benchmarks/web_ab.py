@@ -5,7 +5,9 @@ request at a time, each server in turn (the order alternating by round), beside
 The other commit's ``delayq`` package is exported with ``git archive`` into a temporary
 directory and its server runs from there, with this checkout's virtualenv and Redis.
 
-    .venv/bin/python -m benchmarks.web_ab <commit> [--rounds 8] [--n 3000]
+    .venv/bin/python -m benchmarks.web_ab <commit> [--rounds 8] [--n 3000] [--connections 1]
+
+``--connections 50`` sends over 50 keep-alive connections at once (the HTTP send target).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ def _server(code: Path, url: str, port: int, tokens: Path) -> subprocess.Popen[b
     )  # fmt: skip
 
 
-async def _measure(url: str, ports: dict[str, int], rounds: int, n: int) -> dict[str, Any]:
+async def _measure(
+    url: str, ports: dict[str, int], rounds: int, n: int, connections: int
+) -> dict[str, Any]:
     queue = Queue.from_url(url, name="ab")
     try:
         await queue.send("warm", {})
@@ -50,7 +54,7 @@ async def _measure(url: str, ports: dict[str, int], rounds: int, n: int) -> dict
                 rates[side].append(
                     await python_sends(queue, topic, n)
                     if side == "python"
-                    else await http_sends(ports[side], topic, n, 1)
+                    else await http_sends(ports[side], topic, n, connections)
                 )
     finally:
         await queue.close()
@@ -70,6 +74,7 @@ def main() -> None:
     parser.add_argument("commit", help="the 'before' side: a commit of this repository")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--n", type=int, default=3000, help="sends per side per round")
+    parser.add_argument("--connections", type=int, default=1, help="HTTP connections at once")
     args = parser.parse_args()
     load_before = os.getloadavg()
     with RedisServer() as redis_server, tempfile.TemporaryDirectory() as tmp:
@@ -89,13 +94,15 @@ def main() -> None:
         try:
             for port in ports.values():
                 _wait_for(port)
-            result = asyncio.run(_measure(redis_server.url, ports, args.rounds, args.n))
+            result = asyncio.run(
+                _measure(redis_server.url, ports, args.rounds, args.n, args.connections)
+            )
         finally:
             for server in servers:
                 server.terminate()
                 server.wait(20)
     result |= {
-        "before": args.commit, "n": args.n, "rounds": args.rounds,
+        "before": args.commit, "n": args.n, "connections": args.connections, "rounds": args.rounds,
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
     }  # fmt: skip

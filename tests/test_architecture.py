@@ -5,8 +5,8 @@ count too), so the check sees what a reader of the code sees, not what one run i
 
 The layers, from the top (a module may import its own layer and the ones below)::
 
-    extensions   delayq.testing, delayq.web, delayq.metrics, delayq.otel, delayq.archive,
-                 delayq.cli, delayq.__main__, delayq (the package's re-exports)
+    extensions   delayq.testing, delayq.web, delayq.fastapi, delayq.metrics, delayq.otel,
+                 delayq.archive, delayq.cli, delayq.__main__, delayq (the package's re-exports)
     queue        delayq.queue and the modules it delegates to
     worker       delayq.worker.*
     redis        delayq.redis.*
@@ -43,8 +43,8 @@ LEAVES = {
 # delayq.cli (and __main__, which runs it) is an extension too: `delayq web` imports
 # delayq.web when it runs (and
 # test_import_delayq_loads_no_optional_dependency checks that importing the CLI does not).
-EXTENSIONS = ("delayq.testing", "delayq.web", "delayq.metrics", "delayq.otel", "delayq.archive",
-              "delayq.cli", "delayq.__main__")  # fmt: skip
+EXTENSIONS = ("delayq.testing", "delayq.web", "delayq.fastapi", "delayq.metrics", "delayq.otel",
+              "delayq.archive", "delayq.cli", "delayq.__main__")  # fmt: skip
 OPTIONAL = ("fastapi", "starlette", "uvicorn", "prometheus_client", "opentelemetry",
             "sqlalchemy", "asyncpg", "asyncmy", "playwright", "croniter", "uvloop",
             "httptools", "schemathesis")  # fmt: skip

@@ -17,6 +17,7 @@ status  when
 from __future__ import annotations
 
 import logging
+import re
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from delayq.errors import (
+    BodyTooLargeError,
+    BodyValidationError,
     DelayqError,
     InvalidHeadersError,
     InvalidInputError,
@@ -80,15 +83,25 @@ def _response(status: int, body: ApiError, headers: dict[str, str] | None = None
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
-def field_of(exc: InvalidInputError, fields: dict[str, str]) -> str | None:
-    """The request field an error of the core names: its messages start with the
-    argument's name (``delay must be ...``, ``topic 'a b' contains ...``); ``fields`` maps
-    such a name to the request's field."""
+ARGUMENT = re.compile(
+    r"""([a-z][a-z0-9_]*)(?: '[^']*'| "[^"]*")?(?: must\b| is\b| contains\b|[=:])"""
+)
+"""How the core's messages about a bad argument start: ``delay must be ...``, ``topic 'a b'
+contains ...``, ``task_id is longer ...``."""
+
+
+def argument_of(exc: InvalidInputError) -> str | None:
+    """The name of the argument an error of the core is about, if its message names one
+    (headers' errors are about ``headers``, a lease token's about ``token``)."""
+    if isinstance(exc, InvalidHeadersError):
+        return "headers"
+    if isinstance(exc, (BodyTooLargeError, BodyValidationError)):
+        return "body"
     message = str(exc)
-    for name, field in fields.items():
-        if message.startswith((name + " ", name + "=", name + ":")):
-            return field
-    return None
+    if message.startswith("lease token "):
+        return "token"
+    found = ARGUMENT.match(message)
+    return found.group(1) if found else None
 
 
 @contextmanager
@@ -103,10 +116,8 @@ def naming(*fields: str) -> Iterator[None]:
 
 def renamed(exc: InvalidInputError, fields: tuple[str, ...]) -> ApiProblem:
     """The 422 that :func:`naming` answers ``exc`` with."""
-    if isinstance(exc, InvalidHeadersError):
-        return invalid(str(exc), "headers")
-    names = {field: field for field in fields} | {"lease token": "token"}
-    return invalid(str(exc), field_of(exc, names))
+    argument = argument_of(exc)
+    return invalid(str(exc), argument if argument in fields or argument == "headers" else None)
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -168,9 +179,7 @@ def response_for(exc: Exception, content_type: str = "") -> JSONResponse:
     if isinstance(exc, InvalidInputError):
         return _response(422, ApiError(error="invalid_input", message=str(exc)))
     if isinstance(exc, REDIS_SIDE):
-        log.warning("answering 503: %s", exc)
-        body = ApiError(error="unavailable", message=f"{type(exc).__name__}: {exc}")
-        return _response(503, body, {"Retry-After": "1"})
+        return unavailable(exc)
     if isinstance(exc, DelayqError):
         log.error("answering 500: %s", exc, exc_info=exc)
         return _response(500, ApiError(error="internal", message=type(exc).__name__))
@@ -178,6 +187,22 @@ def response_for(exc: Exception, content_type: str = "") -> JSONResponse:
 
 
 REDIS_SIDE = (RedisUnavailableError, RedisAuthError, RedisOutOfMemoryError, NotDurableError)
+"""The errors answered with 503: Redis is unreachable, refused us, or is out of memory."""
+RETRY_AFTER = 1
+"""Seconds a 503 asks the client to wait before retrying (``Retry-After``)."""
+
+
+def unavailable(exc: Exception) -> JSONResponse:
+    """The 503 for one of :data:`REDIS_SIDE`, with ``Retry-After``."""
+    log.warning("answering 503: %s", exc)
+    body = ApiError(error="unavailable", message=f"{type(exc).__name__}: {exc}")
+    return _response(503, body, {"Retry-After": str(RETRY_AFTER)})
+
+
+def invalid_input(exc: InvalidInputError) -> JSONResponse:
+    """The 422 for bad input, naming the argument at fault when the message does."""
+    body = ApiError(error="invalid_input", message=str(exc), field=argument_of(exc))
+    return _response(422, body)
 
 
 def install(app: FastAPI) -> None:
