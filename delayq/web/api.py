@@ -27,6 +27,7 @@ from delayq.web.errors import (
     not_found,
     renamed,
 )
+from delayq.web.longpoll import until_set
 from delayq.web.models import (
     ActivityPage,
     ActivityPoint,
@@ -86,9 +87,10 @@ def name(segment: str) -> str:
 class Api:
     """The endpoints, as methods; :meth:`router` lists each with its path and scope."""
 
-    def __init__(self, queue: Queue, tokens: Tokens) -> None:
+    def __init__(self, queue: Queue, tokens: Tokens, stopping: asyncio.Event | None = None) -> None:
         self.queue = queue
         self.tokens = tokens
+        self.stopping = stopping
         self.require = authorizer(tokens)
         self._names: tuple[float, list[str]] | None = None
 
@@ -337,10 +339,12 @@ class Api:
         nack or extend each by its `lease_token` before its `lease_deadline`."""
         request = request or ReserveRequest()
         with naming("topic", "ttr", "wait"):
-            tasks = await self.queue.consumer.lease(
+            lease = self.queue.consumer.lease(
                 name(topic), limit=request.max, wait=request.wait, ttr=request.ttr
             )
-        return ReserveResult(tasks=tasks)
+            if request.wait == 0 or self.stopping is None:
+                return ReserveResult(tasks=await lease)
+            return ReserveResult(tasks=await until_set(lease, self.stopping))
 
     async def ack(self, token: str) -> None:
         """The task is done: delete it.  409 when the lease is no longer held."""

@@ -17,6 +17,8 @@ from delayq.web.endpoint import routes as per_task_routes
 from delayq.web.errors import ApiError, install
 
 if TYPE_CHECKING:
+    import asyncio
+
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from delayq.queue import Queue
@@ -25,7 +27,13 @@ BODY_MARGIN = 64 * 1024
 """Request bytes allowed beyond the queue's ``max_body_bytes`` (the JSON around the body)."""
 
 
-def create_app(queue: Queue, tokens: Tokens | None = None, *, title: str = "delayq") -> FastAPI:
+def create_app(
+    queue: Queue,
+    tokens: Tokens | None = None,
+    *,
+    title: str = "delayq",
+    stopping: asyncio.Event | None = None,
+) -> FastAPI:
     """The HTTP API (under ``/api``, OpenAPI at ``/api/openapi.json``) and the dashboard
     (at ``/``) of ``queue``.
 
@@ -38,6 +46,9 @@ def create_app(queue: Queue, tokens: Tokens | None = None, *, title: str = "dela
         tokens: who may do what (:class:`~delayq.web.auth.Tokens`); ``None`` or none
             configured: read-only, and reads need no token.
         title: the API's title in the OpenAPI document.
+        stopping: once set, long polls (``reserve`` with ``wait``) answer at once with
+            no task instead of holding up the server's graceful stop (``delayq web``
+            sets it on SIGTERM).
 
     Returns:
         A FastAPI app: the per-task routes are plain Starlette routes
@@ -54,7 +65,7 @@ def create_app(queue: Queue, tokens: Tokens | None = None, *, title: str = "dela
     )
     app.state.delayq_queue = queue
     install(app)
-    api = Api(queue, tokens)
+    api = Api(queue, tokens, stopping)
     app.include_router(api.router())
     # First, so that a per-task request is matched without trying the other routes.
     app.router.routes[0:0] = per_task_routes(api)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -22,9 +23,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("delayq.web")
 
 GRACEFUL_STOP = 10
-"""Seconds requests in flight (a long poll waits up to 30) get after SIGTERM/SIGINT.  A
-long poll cut short may have leased tasks it could not hand over: their leases expire
-after their TTR and they are delivered again."""
+"""Seconds requests in flight get after SIGTERM/SIGINT.  Long polls end at once (with no
+task; one cut while it leased leaves its tasks to be delivered again after their TTR)."""
+EXIT_CHECK = 0.1
+"""Seconds between looks at whether uvicorn was asked to stop (uvicorn's own interval)."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -67,11 +69,24 @@ async def serve(
             "no token configured: the API is read-only and reads need no token "
             "(give --token-file or $DELAYQ_WEB_TOKENS to allow writes)"
         )
+    stopping = asyncio.Event()
     config = uvicorn.Config(
-        create_app(queue, tokens), host=host, port=port, access_log=access_log,
+        create_app(queue, tokens, stopping=stopping), host=host, port=port, access_log=access_log,
         log_config=None, lifespan="off", server_header=False,
         timeout_graceful_shutdown=GRACEFUL_STOP,
     )  # fmt: skip
     server = uvicorn.Server(config)
     with stopped_by_signals(server):
-        await server.serve()
+        async with asyncio.TaskGroup() as group:
+            watcher = group.create_task(_end_long_polls(server, stopping))
+            await server.serve()
+            watcher.cancel()
+
+
+async def _end_long_polls(server: uvicorn.Server, stopping: asyncio.Event) -> None:
+    """Set ``stopping`` once ``server`` is asked to stop (``should_exit``, which uvicorn
+    itself looks at this often), so that long polls do not hold up the graceful stop."""
+    # A look, not an event: ``should_exit`` is the stop uvicorn's public API exposes.
+    while not server.should_exit:  # noqa: ASYNC110
+        await asyncio.sleep(EXIT_CHECK)
+    stopping.set()
