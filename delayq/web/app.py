@@ -8,6 +8,7 @@ from urllib.parse import unquote
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 import delayq
 from delayq.web.api import SLASH, Api
@@ -19,6 +20,8 @@ from delayq.web.errors import ApiError, install
 if TYPE_CHECKING:
     import asyncio
 
+    from starlette.datastructures import State
+    from starlette.routing import Route
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from delayq.queue import Queue
@@ -33,9 +36,9 @@ def create_app(
     *,
     title: str = "delayq",
     stopping: asyncio.Event | None = None,
-) -> FastAPI:
+) -> DelayqApp:
     """The HTTP API (under ``/api``, OpenAPI at ``/api/openapi.json``) and the dashboard
-    (at ``/``) of ``queue``.
+    (at ``/``) of ``queue``, as an ASGI app.
 
     Mount it in an existing app (``app.mount("/delayq", create_app(queue, tokens))``) or
     serve it alone (``delayq web``).  The app never closes ``queue``: its owner does.
@@ -49,11 +52,6 @@ def create_app(
         stopping: once set, long polls (``reserve`` with ``wait``) answer at once with
             no task instead of holding up the server's graceful stop (``delayq web``
             sets it on SIGTERM).
-
-    Returns:
-        A FastAPI app: the per-task routes are plain Starlette routes
-        (:mod:`delayq.web.endpoint`), the others FastAPI's; the OpenAPI document
-        describes them all from the same models.
     """
     tokens = tokens if tokens is not None else Tokens()
     app = FastAPI(
@@ -67,11 +65,7 @@ def create_app(
     install(app)
     api = Api(queue, tokens, stopping)
     app.include_router(api.router())
-    # First, so that a per-task request is matched without trying the other routes.
-    app.router.routes[0:0] = per_task_routes(api)
     install_dashboard(app)
-    app.add_middleware(BodyLimit, limit=queue.max_body_bytes + BODY_MARGIN)
-    app.add_middleware(EncodedSlashes)
     documented = api.router(documented=True).routes
     document: dict[str, Any] = {}
 
@@ -83,7 +77,51 @@ def create_app(
         return document
 
     app.openapi = openapi  # type: ignore[method-assign]
-    return app
+    return DelayqApp(app, per_task_routes(api), queue.max_body_bytes + BODY_MARGIN)
+
+
+class DelayqApp:
+    """The ASGI app :func:`create_app` returns.
+
+    The five per-task routes (:mod:`delayq.web.endpoint`) are answered here, before a
+    FastAPI app is entered: FastAPI's per-request machinery would cost more than the send
+    itself.  Every other request goes to :attr:`fastapi`.  Every HTTP request keeps its
+    encoded slashes (:class:`EncodedSlashes`) and has its body bounded
+    (:class:`BodyLimit`).
+
+    Attributes:
+        fastapi: the FastAPI app of the other routes, the dashboard and the OpenAPI
+            document (which describes every route).
+    """
+
+    def __init__(self, fastapi: FastAPI, routes: list[Route], limit: int) -> None:
+        self.fastapi = fastapi
+        self.routes = routes
+        self.http = EncodedSlashes(BodyLimit(self._route, limit))
+
+    @property
+    def state(self) -> State:
+        """The FastAPI app's state (``delayq_queue``: the queue served)."""
+        return self.fastapi.state
+
+    def openapi(self) -> dict[str, Any]:
+        """The OpenAPI document (also served at ``/api/openapi.json``)."""
+        return self.fastapi.openapi()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self.http(scope, receive, send)
+        else:  # the lifespan
+            await self.fastapi(scope, receive, send)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] == "POST":
+            for route in self.routes:
+                match, child = route.matches(scope)
+                if match is Match.FULL:
+                    await route.handle({**scope, **child}, receive, send)
+                    return
+        await self.fastapi(scope, receive, send)
 
 
 def keep_encoded_slashes(scope: Scope) -> Scope:
@@ -152,4 +190,4 @@ async def _too_large(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-__all__ = ["SLASH", "create_app"]
+__all__ = ["SLASH", "DelayqApp", "create_app"]
