@@ -20,7 +20,6 @@ from typing import Any
 
 import uvicorn
 
-from delayq.web.server import http_protocol
 
 REPLY = b'{"id":"aaaaaaaaaaaa","topic":"t","outcome":"created"}'
 START = {
@@ -80,7 +79,7 @@ def main() -> None:
     uvicorn.run(
         redis_app(args.redis, args.name) if args.redis else app, host="127.0.0.1",
         port=args.port, access_log=False, log_level="warning", lifespan="off",
-        server_header=False, http=http_protocol(),
+        server_header=False,
     )  # fmt: skip
 
 
