@@ -20,7 +20,6 @@ from typing import Any
 
 import uvicorn
 
-
 REPLY = b'{"id":"aaaaaaaaaaaa","topic":"t","outcome":"created"}'
 START = {
     "type": "http.response.start", "status": 201,
