@@ -2,7 +2,7 @@
 
 Every route declares its scope (``x-scope`` in the OpenAPI document) and the errors it may
 answer (:mod:`delayq.web.errors`).  Path segments are topic names and task ids, which may
-hold ``/``: send it as ``%2F`` (see :class:`delayq.web.app.EncodedSlashes`).
+hold ``/``: send it as ``%2F`` (see :func:`delayq.web.app.keep_encoded_slashes`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from delayq.web.api import SLASH, Api
 from delayq.web.auth import Tokens
 from delayq.web.dashboard import install as install_dashboard
 from delayq.web.endpoint import routes as per_task_routes
-from delayq.web.errors import ApiError, install
+from delayq.web.errors import ApiError, install, response_for
 
 if TYPE_CHECKING:
     import asyncio
@@ -86,7 +86,7 @@ class DelayqApp:
     The five per-task routes (:mod:`delayq.web.endpoint`) are answered here, before a
     FastAPI app is entered: FastAPI's per-request machinery would cost more than the send
     itself.  Every other request goes to :attr:`fastapi`.  Every HTTP request keeps its
-    encoded slashes (:class:`EncodedSlashes`) and has its body bounded
+    encoded slashes (:func:`keep_encoded_slashes`) and has its body bounded
     (:class:`BodyLimit`).
 
     Attributes:
@@ -97,7 +97,7 @@ class DelayqApp:
     def __init__(self, fastapi: FastAPI, routes: list[Route], limit: int) -> None:
         self.fastapi = fastapi
         self.routes = routes
-        self.http = EncodedSlashes(BodyLimit(self._route, limit))
+        self.http = BodyLimit(self._route, limit)
 
     @property
     def state(self) -> State:
@@ -110,23 +110,31 @@ class DelayqApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await self.http(scope, receive, send)
+            await self.http(keep_encoded_slashes(scope), receive, send)
         else:  # the lifespan
             await self.fastapi(scope, receive, send)
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] == "POST":
-            for route in self.routes:
-                match, child = route.matches(scope)
-                if match is Match.FULL:
-                    await route.handle({**scope, **child}, receive, send)
-                    return
+        for route in self.routes:
+            match, child = route.matches(scope)
+            if match is Match.FULL:
+                await route.handle({**scope, **child}, receive, send)
+                return
+            if match is Match.PARTIAL:  # the path of a per-task route, another method
+                refused = HTTPException(405, "Method Not Allowed", headers={"Allow": "POST"})
+                await response_for(refused)(scope, receive, send)
+                return
         await self.fastapi(scope, receive, send)
 
 
 def keep_encoded_slashes(scope: Scope) -> Scope:
-    """``scope`` with ``%2F`` in its path kept as :data:`~delayq.web.api.SLASH` (see
-    :class:`EncodedSlashes`)."""
+    """``scope`` with ``%2F`` inside a path segment kept, as :data:`~delayq.web.api.SLASH`.
+
+    ASGI servers decode the path before routing, so a topic ``orders/eu`` sent as
+    ``orders%2Feu`` would otherwise be two segments.  The segment arrives with
+    :data:`~delayq.web.api.SLASH` in its place, which the routes turn back into ``/`` (no
+    topic or id holds a control character).
+    """
     raw = scope.get("raw_path")
     if raw and b"%2f" in raw.lower():
         # Some servers (and httpx's ASGI transport) leave the query on raw_path.
@@ -134,21 +142,6 @@ def keep_encoded_slashes(scope: Scope) -> Scope:
         text = text.replace("%2F", "%1F").replace("%2f", "%1F")
         return dict(scope, path=unquote(text))
     return scope
-
-
-class EncodedSlashes:
-    """Keep ``%2F`` inside a path segment: ASGI servers decode the path before routing, so
-    a topic ``orders/eu`` sent as ``orders%2Feu`` would otherwise be two segments.  The
-    segment arrives with :data:`~delayq.web.api.SLASH` in its place, which the routes turn
-    back into ``/`` (no topic or id holds a control character)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope = keep_encoded_slashes(scope)
-        await self.app(scope, receive, send)
 
 
 class BodyLimit:
