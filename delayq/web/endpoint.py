@@ -88,8 +88,7 @@ class Endpoint:
             await send({"type": "http.response.start", "status": self.spec.status})
             await send({"type": "http.response.body", "body": b""})
             return
-        # Straight to JSON bytes (model_dump_json() makes a str, then encode() copies it).
-        body = reply.__pydantic_serializer__.to_json(reply)
+        body = reply.model_dump_json().encode()
         length = (b"content-length", b"%d" % len(body))
         start = {
             "type": "http.response.start",
@@ -165,7 +164,7 @@ def _parse(model: type[BaseModel], raw: bytes, required: bool, content_type: str
         kind = [{"loc": ("body",), "msg": "not JSON", "type": "model_attributes_type"}]
         raise invalid_request(kind, content_type)
     try:
-        return model.__pydantic_validator__.validate_json(raw)  # model_validate_json's work
+        return model.model_validate_json(raw)
     except ValidationError as exc:
         if raw.strip() == b"null":
             if required:
