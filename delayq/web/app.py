@@ -118,7 +118,8 @@ class DelayqApp:
         for route in self.routes:
             match, child = route.matches(scope)
             if match is Match.FULL:
-                await route.handle({**scope, **child}, receive, send)
+                scope.update(child)  # as Starlette's router does
+                await route.handle(scope, receive, send)
                 return
             if match is Match.PARTIAL:  # the path of a per-task route, another method
                 refused = HTTPException(405, "Method Not Allowed", headers={"Allow": "POST"})
