@@ -1,5 +1,5 @@
 """The floors under an HTTP send, run as ``delayq web`` runs (uvicorn with httptools,
-uvloop, the same corked transport, access log off).  ``benchmarks/web.py --floor``
+uvloop, access log off).  ``benchmarks/web.py --floor``
 measures each one request at a time beside ``send_delayed``:
 
 * ``python -m benchmarks.web_floor PORT``: a server that answers ``POST .../tasks`` with a
