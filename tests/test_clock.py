@@ -227,3 +227,13 @@ async def test_run_due_on_the_plugin_url(delayq_redis_url: str) -> None:
         assert [o.task_id for o in await run_due(queue, within=timedelta(days=3))] == ["d2"]
     finally:
         await queue.close()
+
+
+def test_a_process_started_with_delayq_test_clock_reads_the_offsets() -> None:
+    code = "from delayq.redis.source import test_clock_on; print(test_clock_on())"
+    for value, expected in (("1", "True"), ("", "False")):
+        env = {**os.environ, "DELAYQ_TEST_CLOCK": value, "PYTHONPATH": str(REPO)}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == expected

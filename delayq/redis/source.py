@@ -4,12 +4,13 @@ production's form or in the test clock's.
 A topic's time is Redis's ``TIME`` plus the offset a test clock keeps in ``<prefix>clock``
 (``_envelope.lua``).  Production's scripts never read that key, so they cost and return
 what they would without test clocks; once :func:`use_test_clock` is called (by
-``delayq.testing.run_due``), every :class:`~delayq.redis.scripts.Scripts` of the process
-runs the copies that do.
+``delayq.testing.run_due``), or in a process started with ``DELAYQ_TEST_CLOCK=1``, every
+:class:`~delayq.redis.scripts.Scripts` of the process runs the copies that do.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import weakref
 from functools import cache
@@ -36,7 +37,9 @@ class _Loader(Protocol):
     def load(self) -> None: ...
 
 
-_test_clock = False
+# A process the test starts (an app server that sends tasks) opts in through its environment.
+_BY_ENVIRONMENT = os.environ.get("DELAYQ_TEST_CLOCK") == "1"
+_test_clock = _BY_ENVIRONMENT
 _loaders: weakref.WeakSet[_Loader] = weakref.WeakSet()
 
 
@@ -63,9 +66,10 @@ def use_test_clock() -> None:
 
 def stop_test_clock() -> None:
     """Back to production's scripts in every :class:`~delayq.redis.scripts.Scripts` of this
-    process (between tests: the next test's Redis holds no offsets anyway)."""
+    process, unless ``DELAYQ_TEST_CLOCK=1`` asked for the others (between tests: the next
+    test's Redis holds no offsets anyway)."""
     global _test_clock
-    if _test_clock:
+    if _test_clock and not _BY_ENVIRONMENT:
         _test_clock = False
         for loader in list(_loaders):
             loader.load()
