@@ -1,7 +1,7 @@
-"""delayq.testing, the pytest plugin: ``run_due`` on the plugin's private redis-server whose
-clock it moves (retries, dead letters, periodic ticks, the hooks and the TTR all as in
-production), what it leaves alone, its clear errors, the docs/testing.md example, and the
-plugin as a user's test suite gets it (pytester)."""
+"""delayq.testing, the pytest plugin: ``run_due`` on the plugin's private redis-server
+(retries, dead letters, periodic ticks, the hooks and the TTR all as in production), what it
+leaves alone, a clear error without redis-server, the docs/testing.md example, and the
+plugin as a user's test suite gets it (pytester).  The test clock itself: test_clock.py."""
 
 from __future__ import annotations
 
