@@ -12,10 +12,11 @@ import sys
 import textwrap
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from delayq import Queue, RedisCommandError
+from delayq import Queue, RedisCommandError, Task
 from delayq.redis.source import lua_source, use_test_clock
 from delayq.testing import run_due
 from tests.helpers import redis_now_ms
@@ -237,3 +238,34 @@ def test_a_process_started_with_delayq_test_clock_reads_the_offsets() -> None:
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
         )
         assert out.stdout.strip() == expected
+
+
+async def test_run_due_on_a_cluster_moves_every_topic_and_shard(
+    cluster: Any, queue_name: str
+) -> None:
+    queue = Queue.from_url(cluster.url, name=queue_name, cluster=True)
+    try:
+        ran: list[str] = []
+
+        @queue.topic("a")
+        async def a(body: None, task: Task) -> None:
+            ran.append(task.id)
+
+        @queue.topic("b", shards=3)
+        async def b(body: None, task: Task) -> None:
+            ran.append(task.id)
+
+        for i in range(6):
+            await queue.send_delayed("b", None, timedelta(minutes=10 + i), task_id=f"b{i}")
+        await queue.send_delayed("a", None, timedelta(minutes=30), task_id="a1")
+        await queue.send_delayed("a", None, timedelta(hours=3), task_id="a2")
+        outcomes = await run_due(queue, within=timedelta(hours=1))
+        assert [o.task_id for o in outcomes] == [*(f"b{i}" for i in range(6)), "a1"]
+        offsets = {
+            (await queue.scripts.clock(keys))[1]
+            for name in ("a", "b")
+            for keys in queue.shard_keys(name)
+        }
+        assert len(offsets) == 1 and offsets.pop() >= HOUR - 60_000
+    finally:
+        await queue.close()

@@ -442,8 +442,8 @@ class Scripts:
         return _int(now), _text(fingerprint) if fingerprint else None, _int(last)
 
     async def clock(self, keys: TopicKeys, offset_ms: int | None = None) -> tuple[int, int]:
-        """Run clock.lua: set the topic's test clock offset (when given). Returns (the
-        topic's time, its offset), ms."""
-        args = () if offset_ms is None else (offset_ms,)
+        """Run clock.lua: set the topic's test clock offset (when given; a change wakes the
+        topic's workers). Returns (the topic's time, its offset), ms."""
+        args = () if offset_ms is None else (offset_ms, keys.wake_publish)
         now, offset = await self._run("clock", (keys.clock,), args)
         return _int(now), _int(offset)

@@ -90,10 +90,7 @@ async def run_due(
                 if now >= horizon:
                     return outcomes
                 continue  # due already (a retry with no delay): run it
-            await clock.advance(target - now)
-            for name in names:
-                for keys in queue.shard_keys(name):  # every shard's fetch loop
-                    await queue.redis.publish(keys.wake, target)
+            await clock.advance(target - now)  # wakes every topic's (and shard's) fetch loop
     return outcomes  # pragma: no cover - the loop returns
 
 

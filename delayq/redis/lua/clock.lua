@@ -4,9 +4,11 @@
 -- (_envelope.lua); production's neither read nor write it.
 -- KEYS[1] clock (STRING ms, see _envelope.lua)
 -- ARGV[1] the offset to set, ms (0 deletes the key); absent: only read it
+-- ARGV[2] the topic's wake channel, published when the offset changes: a worker asleep
+--   until a due time that has now come wakes (it slept by the time before the move)
 -- Returns: {now_ms, offset_ms}, the topic's time and offset after the call
 --@include _envelope
-local key, wanted = KEYS[1], ARGV[1]
+local key, wanted, channel = KEYS[1], ARGV[1], ARGV[2]
 local bad = load_clock(key)
 if bad then
   return bad
@@ -20,6 +22,9 @@ if wanted then
     redis.call('DEL', key)
   else
     redis.call('SET', key, wanted)
+  end
+  if offset ~= clock_offset and channel then
+    publish(channel, 'clock')
   end
   clock_offset = offset
 end
