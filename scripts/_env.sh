@@ -212,25 +212,3 @@ delayq_ensure_chromium() {
     return 0
 }
 
-# Make sure a C compiler is on PATH: delayq.testing builds its clock shim with it (once,
-# cached) to let time pass for its private redis-server (run_due).  Installs Debian's gcc
-# when we are root, as for redis-server; fails otherwise, saying what to install.
-delayq_ensure_cc() {
-    local cc
-    for cc in "${CC:-}" cc gcc clang; do
-        if [[ -n "$cc" ]] && command -v "$cc" >/dev/null 2>&1; then
-            return 0
-        fi
-    done
-    if [[ "$EUID" -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-        _delayq_log "no C compiler (cc, gcc or clang): delayq.testing builds its clock shim"
-        _delayq_log "with one. Install it (e.g. 'sudo apt-get install gcc')."
-        return 1
-    fi
-    _delayq_log "no C compiler; installing Debian's gcc package (for delayq.testing's clock shim)"
-    if ! { apt-get update -qq \
-        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }; then
-        _delayq_log "apt-get install gcc failed"
-        return 1
-    fi
-}

@@ -163,8 +163,13 @@ async def test_page_examples_run(
 
 async def run_pytest_blocks(page: Path, tests: list[Block], where: Path) -> None:
     where.mkdir()
-    module = where / f"test_{page.stem.replace('-', '_')}_examples.py"
-    module.write_text("\n\n".join(block.code for block in tests))
+    # One module per block, as a reader would paste each one: two blocks may both define a
+    # fixture of the same name (a plugin-Redis queue, a docker-compose queue).
+    modules = []
+    for block in tests:
+        module = where / f"test_{page.stem.replace('-', '_')}_line_{block.line}.py"
+        module.write_text(block.code)
+        modules.append(str(module))
     (where / "pytest.ini").write_text("[pytest]\n")  # pytest's defaults, not this project's
     env = {
         **os.environ,
@@ -181,7 +186,7 @@ async def run_pytest_blocks(page: Path, tests: list[Block], where: Path) -> None
         str(where / "pytest.ini"),
         "--rootdir",
         str(where),
-        str(module),
+        *modules,
         cwd=where,
         env=env,
         stdout=asyncio.subprocess.PIPE,

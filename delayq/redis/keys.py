@@ -13,6 +13,8 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:dead       ZSET  id -> dead-lettered at ms
     delayq:{shop:order.close}:errors     HASH  id -> last error
     delayq:{shop:order.close}:slots      STRING counter that numbers new slots
+    delayq:{shop:order.close}:clock      STRING ms a test clock moved the topic's time on
+                                               (delayq.testing.run_due; absent otherwise)
     delayq:{shop:order.close}:seq        STRING fencing-token counter
     delayq:{shop:order.close}:controls   HASH  fleet-wide controls: paused, rate_limit, max_running
     delayq:{shop:order.close}:starts     HASH  the rate limit's recent leases per sub-window
@@ -141,6 +143,9 @@ class TopicKeys:
     """How far :attr:`prio` has been moved into :attr:`prio_ready` (ms)."""
     meta: str
     """The topic's counts kept by the scripts (``_layout.lua``: ``meta_key``)."""
+    clock: str
+    """How far a test clock moved the topic's time on, ms; every script adds it to Redis's
+    ``TIME`` (``_envelope.lua``).  Only :func:`delayq.testing.run_due` writes it."""
     periodic: str
     """A periodic topic's chain of ticks (tick.lua)."""
     history: str
@@ -188,6 +193,7 @@ class TopicKeys:
             prio_ready=base + "prio:ready",
             prio_mark=base + "prio:mark",
             meta=base + "meta",
+            clock=base + "clock",
             periodic=base + "periodic",
             history=base + "history",
             rollup=base + "rollup",
