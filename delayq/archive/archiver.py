@@ -23,7 +23,7 @@ from delayq.archive.table import (
 )
 from delayq.bounds import bounded_int
 from delayq.history import HistoryRecord, parse_entry
-from delayq.redis.scripts import lua_source
+from delayq.redis.source import lua_source
 from delayq.redis.translate import redis_errors
 
 if TYPE_CHECKING:
