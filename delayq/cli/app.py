@@ -57,7 +57,7 @@ def _load_dotted(spec: str) -> Queue:
         if isinstance(queue, Queue):
             return queue
     if not _found(spec):
-        raise AppImportError(f"expected {FORM}, got {spec!r}")
+        raise AppImportError(f"expected {FORM}, got {spec!r} (no module of that name found)")
     module = _import(spec)
     raise AppImportError(
         f"{spec!r} is a module, not a Queue: add the attribute; {_queues_in(module, spec)}"
