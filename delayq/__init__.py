@@ -32,13 +32,13 @@ from delayq.errors import (
     UnsupportedShardingError,
 )
 from delayq.events import Hooks, Sending, TaskEvent
-from delayq.hooks import CallNext, Middleware
 from delayq.limits import RateLimit
+from delayq.middleware import CallNext, Middleware
 from delayq.queue import Queue
 from delayq.redis.durability import Durability
-from delayq.schedule import Timeline, TimelineWindow, UpcomingPage, UpcomingTask
 from delayq.task import Outcome, SendOutcome, SendResult, Task, TaskInfo, TaskState, TopicStats
 from delayq.topic import OnConflict, Topic
+from delayq.upcoming import Timeline, TimelineWindow, UpcomingPage, UpcomingTask
 from delayq.worker import Worker
 
 __version__ = "0.2.0"

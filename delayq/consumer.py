@@ -15,27 +15,25 @@ until a wake-up published by the scripts arrives on the queue's pattern subscrip
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import logging
-import re
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
+from delayq.bounds import bounded_int
 from delayq.duration import Duration, to_millis, to_seconds
 from delayq.errors import InvalidDurationError, InvalidInputError, LeaseLostError
 from delayq.events import Hooks, TaskEvent
-from delayq.redis.keys import check_task_id, check_topic, shard_wake_pattern, wake_pattern
+from delayq.lease_token import LeaseHandle
+from delayq.redis.keys import shard_wake_pattern, wake_pattern
 from delayq.redis.wakeup import Signal, WakeupHub
 from delayq.task import Envelope, from_millis
 from delayq.worker.execution import MAX_ERROR_CHARS
-from delayq.worker.report import nack_event, tell_reclaimed
-from delayq.worker.runner import IDLE_RECHECK, MAX_BATCH, MAX_RECLAIM, log_skipped
+from delayq.worker.report import log_skipped, nack_event, tell_reclaimed
+from delayq.worker.runner import IDLE_RECHECK, MAX_BATCH, MAX_RECLAIM
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,52 +51,6 @@ log = logging.getLogger("delayq")
 
 MAX_WAIT_SECONDS = 30.0
 """Longest a :meth:`Consumer.lease` call may wait for a task."""
-MAX_LEASE_TOKEN_CHARS = 1024
-_SEPARATOR = "\x1f"  # topics and task ids hold no control characters
-_TOKEN_TEXT = re.compile(r"1[A-Za-z0-9_-]{1,1023}")
-_FENCING = re.compile(r"[1-9][0-9]{0,18}")
-_ATTEMPT = re.compile(r"[1-9][0-9]{0,9}")
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseHandle:
-    """What a lease token stands for: the task (topic and id), its lease's fencing token and
-    the attempt it is.  Not a secret: whoever may consume the topic may ack its tasks."""
-
-    topic: str
-    task_id: str
-    fencing_token: str
-    attempt: int
-
-    def encode(self) -> str:
-        """The lease token: ``1`` (the format's version) and URL-safe base64 without padding."""
-        raw = _SEPARATOR.join((self.fencing_token, str(self.attempt), self.topic, self.task_id))
-        return "1" + base64.urlsafe_b64encode(raw.encode()).rstrip(b"=").decode()
-
-    @classmethod
-    def parse(cls, text: object) -> LeaseHandle:
-        """Read a lease token, strictly: only the canonical encoding of a well-formed handle.
-
-        Raises:
-            InvalidInputError: ``text`` is not a lease token.
-        """
-        if not isinstance(text, str) or not _TOKEN_TEXT.fullmatch(text):
-            raise InvalidInputError("lease token is malformed")
-        data = text[1:]
-        try:
-            raw = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4)).decode()
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            raise InvalidInputError("lease token is malformed") from None
-        parts = raw.split(_SEPARATOR)
-        if len(parts) != 4 or not _FENCING.fullmatch(parts[0]) or not _ATTEMPT.fullmatch(parts[1]):
-            raise InvalidInputError("lease token is malformed")
-        try:
-            handle = cls(check_topic(parts[2]), check_task_id(parts[3]), parts[0], int(parts[1]))
-        except InvalidInputError:
-            raise InvalidInputError("lease token is malformed") from None
-        if handle.encode() != text:  # one token per lease: no aliases
-            raise InvalidInputError("lease token is malformed")
-        return handle
 
 
 class LeasedTask(BaseModel):
@@ -192,8 +144,7 @@ class Consumer:
             RedisUnavailableError: Redis could not be reached.
         """
         keys = self._keys(topic)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BATCH:
-            raise InvalidInputError(f"limit must be an int in [1, {MAX_BATCH}], got {limit!r}")
+        bounded_int(limit, "limit", 1, MAX_BATCH)
         wait_s = to_seconds(wait, name="wait")
         if wait_s > MAX_WAIT_SECONDS:
             raise InvalidDurationError(f"wait must be at most {MAX_WAIT_SECONDS:g} s, got {wait!r}")

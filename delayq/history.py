@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
+from delayq.bounds import bounded_int
 from delayq.errors import InvalidInputError
 from delayq.headers import split_headers
 from delayq.redis.translate import redis_errors
@@ -41,7 +42,8 @@ class HistoryRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     seq: int
-    """The record's number in its topic (increasing; unique: an archive's key)."""
+    """The record's number in its topic, or in its shard of a sharded topic (increasing;
+    unique there: with the shard, an archive's key)."""
     id: str
     topic: str
     outcome: Outcome
@@ -187,10 +189,9 @@ class History:
         Raises:
             InvalidInputError: a bad ``limit`` or ``before``, or ``before`` on a sharded topic.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise InvalidInputError(f"limit must be an int in [1, 10000], got {limit!r}")
-        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
-            raise InvalidInputError(f"before must be a record's seq (int), got {before!r}")
+        bounded_int(limit, "limit", 1, 10_000)
+        if before is not None:
+            bounded_int(before, "before (a record's seq)")
         keys = self._keys(topic)
         every = await self._every(topic) if self._every else [keys]
         if len(every) == 1:
@@ -267,8 +268,7 @@ class History:
             task_id: the id to look for.
             within: most records searched (1-100,000).
         """
-        if isinstance(within, bool) or not isinstance(within, int) or not 1 <= within <= 100_000:
-            raise InvalidInputError(f"within must be an int in [1, 100000], got {within!r}")
+        bounded_int(within, "within", 1, 100_000)
         keys = self._keys(topic)
         key = (await self._route(topic, task_id) if self._route else keys).history
         wanted = task_id.encode()
@@ -302,10 +302,7 @@ class History:
         Costs Redis O(len(topics) * seconds / 10) hash fields read, one round trip: never
         the topics' task counts (a dashboard's overview reads it every few seconds).
         """
-        if isinstance(seconds, bool) or not isinstance(seconds, int):
-            raise InvalidInputError(f"seconds must be an int, got {seconds!r}")
-        if not WINDOW_SECONDS <= seconds <= WINDOW_SECONDS * WINDOWS:
-            raise InvalidInputError(f"seconds must be in [10, 3600], got {seconds}")
+        bounded_int(seconds, "seconds", WINDOW_SECONDS, WINDOW_SECONDS * WINDOWS)
         count = seconds // WINDOW_SECONDS
         keys = [self._keys(topic).rollup for topic in topics]  # validates every topic first
         async with redis_errors():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from delayq.bounds import bounded_int
 from delayq.errors import InvalidInputError
 
 MAX_RATE = 1_000_000_000
@@ -56,6 +57,4 @@ class RateLimit:
 
 def check_max_running(value: object) -> int:
     """Return ``value`` if it is a valid ``max_running``, else raise :class:`InvalidInputError`."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RUNNING:
-        raise InvalidInputError(f"max_running must be an int in [1, {MAX_RUNNING}], got {value!r}")
-    return value
+    return bounded_int(value, "max_running", 1, MAX_RUNNING)

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from delayq.bounds import bounded_int
 from delayq.codec import encode_body
 from delayq.duration import to_millis
 from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, NotDurableError
@@ -163,14 +164,7 @@ class Producer:
         delays = list(delay) if isinstance(delay, Sequence) else [delay] * len(items)
         if not (len(ids) == len(delays) == len(items)):
             raise InvalidInputError("bodies, task_ids and delay must have the same length")
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, int)
-            or not 1 <= batch_size <= MAX_BATCH_SIZE
-        ):
-            raise InvalidInputError(
-                f"batch_size must be an int in [1, {MAX_BATCH_SIZE}], got {batch_size!r}"
-            )
+        bounded_int(batch_size, "batch_size", 1, MAX_BATCH_SIZE)
         ttr_ms, attempts = task_overrides(ttr, max_attempts)
         replace = check_on_conflict(on_conflict)
         priority = check_priority(priority)

@@ -1,47 +1,53 @@
-"""Queue: the Redis connection, the producer API and the management calls; the
-``@queue.topic`` registry and its hooks come from :class:`~delayq.registry.HandlerRegistry`."""
+"""Queue: the one object users touch.  Each public method is here with its signature and
+docstring, and delegates to the part that holds the logic: the producer, the registry, the
+management calls, the shard map and the worker."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
+from delayq.bounds import bounded_int
 from delayq.codec import DEFAULT_MAX_BODY_BYTES
 from delayq.consumer import Consumer
-from delayq.controls import TopicControls
 from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
 from delayq.events import Hooks
 from delayq.history import History
-from delayq.manage import TaskManagement
+from delayq.manage import dead_letters, get_task, replay, set_controls, topic_names, topic_stats
+from delayq.middleware import Lifespan, Middleware, check_lifespan, check_middleware
 from delayq.producer import Producer
 from delayq.redis.clients import close_client, open_sentinel, open_url
 from delayq.redis.cluster import is_cluster
 from delayq.redis.durability import ClusterDurableSender, Durability, durable_sender
 from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic
 from delayq.redis.scripts import Scripts
-from delayq.registry import HandlerRegistry
+from delayq.registry import PeriodicHandler, next_tick, periodic_decorator, topic_decorator
 from delayq.shards import ShardMap
-from delayq.topic import Topic, TopicOptions
+from delayq.ticks import CatchUp, PeriodicOptions, check_catch_up, schedule
+from delayq.topic import Topic, TopicDecorator, TopicOptions, topic_options
+from delayq.upcoming import Timeline, UpcomingPage, timeline, upcoming
 from delayq.worker import Worker
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from datetime import datetime
     from types import TracebackType
 
     from pydantic import TypeAdapter
     from redis.asyncio import Redis, RedisCluster
 
-    from delayq.hooks import Lifespan, Middleware
+    from delayq.backoff import Backoff
     from delayq.redis.lane import ScriptLane
-    from delayq.task import SendResult
+    from delayq.task import SendResult, TaskInfo, TopicStats
     from delayq.topic import OnConflict
 
 log = logging.getLogger("delayq")
+LifespanT = TypeVar("LifespanT", bound=Lifespan)
+MiddlewareT = TypeVar("MiddlewareT", bound=Middleware)
 
 
-class Queue(HandlerRegistry, TopicControls, TaskManagement):
+class Queue:
     """A named delay queue on one Redis.
 
     Args:
@@ -56,23 +62,12 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
     """
 
     def __init__(
-        self,
-        redis: Redis | RedisCluster,
-        *,
-        name: str = "default",
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        past_tolerance: Duration = 5.0,
+        self, redis: Redis | RedisCluster, *, name: str = "default",
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, past_tolerance: Duration = 5.0,
         durability: Durability | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.name = check_queue_name(name)
-        if (
-            isinstance(max_body_bytes, bool)
-            or not isinstance(max_body_bytes, int)
-            or max_body_bytes < 1
-        ):
-            raise InvalidInputError(
-                f"max_body_bytes must be a positive int, got {max_body_bytes!r}"
-            )
+        bounded_int(max_body_bytes, "max_body_bytes", 1)
         # A RedisCluster speaks the same commands; delayq's parts type it as Redis.
         self.redis: Redis = cast("Redis", redis)
         self.max_body_bytes = max_body_bytes
@@ -137,14 +132,9 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
 
     @classmethod
     def from_sentinel(
-        cls,
-        sentinels: Sequence[tuple[str, int]],
-        *,
-        service: str,
-        name: str = "default",
-        sentinel_options: Mapping[str, Any] | None = None,
-        **options: Any,
-    ) -> Queue:
+        cls, sentinels: Sequence[tuple[str, int]], *, service: str, name: str = "default",
+        sentinel_options: Mapping[str, Any] | None = None, **options: Any,
+    ) -> Queue:  # fmt: skip
         """Open a queue on the primary that Redis Sentinel names ``service``, following it
         through failovers (``redis.asyncio.sentinel``; no script lane).
 
@@ -161,12 +151,9 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
 
     @classmethod
     def _owning(
-        cls,
-        client: Redis | RedisCluster,
-        name: str,
-        options: dict[str, Any],
+        cls, client: Redis | RedisCluster, name: str, options: dict[str, Any],
         lane: ScriptLane | None = None,
-    ) -> Queue:
+    ) -> Queue:  # fmt: skip
         queue = cls(client, name=name, **options)
         if lane is not None:
             queue._use_scripts(Scripts(queue.redis, lane=lane))
@@ -186,14 +173,143 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         return self
 
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         await self.close()
 
-    # -- registry: topic, lifespan, middleware (HandlerRegistry) -------------------------
+    # -- registering handlers ---------------------------------------------------------------
+
+    def topic(
+        self, name: str, *, ttr: Duration = 30.0, max_attempts: int = 5,
+        backoff: Backoff | None = None, rate_limit: str | None = None,
+        max_running: int | None = None, history: int = 0, shards: int = 1,
+    ) -> TopicDecorator:  # fmt: skip
+        """Register the decorated ``async def`` handler for topic ``name``.
+
+        Args:
+            name: the topic; one handler per topic per queue.
+            ttr: lease length (time to run); a handler still running then is cancelled and
+                the attempt fails; a worker that died loses the lease and the task is redelivered.
+            max_attempts: deliveries before a failing task is dead-lettered.
+            backoff: retry delays after a failure (default ``Backoff()``).
+            rate_limit: ``"N/s"``, ``"N/m"`` or ``"N/h"``: at most N task starts in any
+                second, minute or hour, across every worker of the queue.
+            max_running: at most this many of the topic's tasks leased at once, across
+                every worker.  Both are enforced in Redis (see docs/controls.md).
+            history: keep the last N finished tasks and an hour of activity
+                (``queue.history``; docs/observability.md); 0 keeps none.
+            shards: spread the topic's tasks over this many hash tags (1..1024), so that on a
+                Redis Cluster one topic uses every master (docs/cluster.md).  A task's shard
+                is ``zlib.crc32(task_id) % shards``; order (due time, priority) holds per
+                shard.  Recorded in Redis: a process declaring another count while the topic
+                holds tasks gets :class:`~delayq.ShardCountError`.
+
+        Returns:
+            A decorator turning the handler into a :class:`Topic` handle.
+
+        Raises:
+            UnsupportedShardingError: ``shards`` > 1 with ``rate_limit`` or ``max_running``.
+        """
+        check_topic(name)
+        options = topic_options(ttr=ttr, max_attempts=max_attempts, backoff=backoff,
+                                rate_limit=rate_limit, max_running=max_running, history=history,
+                                shards=shards)  # fmt: skip
+        return topic_decorator(self.topics, self, self.name, name, options)
+
+    def periodic(
+        self, name: str, *, cron: str | None = None, every: Duration | None = None,
+        tz: str | None = None, catch_up: CatchUp = "latest", ttr: Duration = 30.0,
+        max_attempts: int = 5, backoff: Backoff | None = None, rate_limit: str | None = None,
+        max_running: int | None = None,
+    ) -> Callable[[PeriodicHandler], Topic[None]]:  # fmt: skip
+        """Register the decorated ``async def handler(task)`` to run on a schedule.
+
+        Each tick runs once across every worker that consumes the topic: a tick is a task
+        whose id is its time (``2026-11-25T03:00:00.000Z``), scheduled by one atomic
+        script that refuses any tick not later than the last one ever scheduled.  It fires
+        like any task (Redis's clock; ``task.due_at`` is the tick's time) and is retried
+        and dead-lettered like one.
+
+        Args:
+            name: the topic.
+            cron: a cron expression (5 fields, or 6 with seconds first), evaluated by
+                cronsim in ``tz``; or
+            every: a fixed interval (ticks at its multiples since the Unix epoch).
+            tz: the IANA time zone of ``cron`` (default UTC).
+            catch_up: ticks missed while no worker could schedule them: ``"latest"`` runs
+                the most recent one, ``"all"`` runs them all, oldest first (at most
+                :data:`~delayq.ticks.MAX_CATCH_UP`), ``"none"`` skips them.
+            ttr: as for :meth:`topic`.
+            max_attempts: as for :meth:`topic`.
+            backoff: as for :meth:`topic`.
+            rate_limit: as for :meth:`topic`.
+            max_running: as for :meth:`topic` (``max_running=1``: a run never overlaps the
+                previous one, on any worker).
+
+        Raises:
+            InvalidScheduleError: a bad ``cron``, ``every``, ``tz`` or ``catch_up``, at
+                decoration time.
+        """
+        options = PeriodicOptions(schedule(cron=cron, every=every, tz=tz), check_catch_up(catch_up))
+        register = self.topic(name, ttr=ttr, max_attempts=max_attempts, backoff=backoff,
+                              rate_limit=rate_limit, max_running=max_running)  # fmt: skip
+        return periodic_decorator(register, options)
+
+    async def next_tick(self, topic: str) -> datetime | None:
+        """When periodic ``topic`` ticks next, as its chain in Redis says.
+
+        Returns:
+            The next tick scheduled, or ``None`` when no worker with this process's
+            schedule for the topic has scheduled one yet (none ever ran, or one with
+            another schedule did), or the last tick scheduled is already due.
+
+        Raises:
+            InvalidInputError: ``topic`` is not a periodic topic registered here.
+        """
+        return await next_tick(self.scripts, self.keys, self.topics, topic, self.name)
+
+    def lifespan(self, lifespan: LifespanT) -> LifespanT:
+        """Register the queue's lifespan (a decorator): the resources its handlers share.
+
+        ``lifespan`` is an async generator function that yields once (or a function
+        returning an async context manager).  Every worker enters it once before it leases
+        its first task and leaves it after its last handler finished (also when the start
+        fails); what it yields is ``task.state`` in every handler.  An exception on entry
+        stops the worker with :class:`~delayq.LifespanError`.  One lifespan per queue.
+
+        Returns:
+            ``lifespan`` itself.
+
+        Raises:
+            InvalidInputError: not a lifespan, or the queue already has one.
+        """
+        check_lifespan(lifespan)
+        if self.lifespan_factory is not None:
+            raise InvalidInputError(f"queue {self.name!r} already has a lifespan")
+        self.lifespan_factory = lifespan
+        return lifespan
+
+    def middleware(self, middleware: MiddlewareT) -> MiddlewareT:
+        """Register ``async def middleware(task, call_next)`` around every handler call
+        (a decorator).
+
+        Middleware runs in registration order, the first registered outermost, inside the
+        task's TTR.  ``await call_next()`` runs the rest of the chain and the handler; what
+        the middleware raises is the attempt's failure, and one that returns without
+        calling ``call_next`` ends the attempt as done (acked).  Workers compose the chain
+        when they start: register middleware before starting them.
+
+        Returns:
+            ``middleware`` itself.
+
+        Raises:
+            InvalidInputError: not an ``async def`` taking (task, call_next).
+        """
+        self.middlewares.append(check_middleware(middleware))
+        return middleware
+
+    # -- what a worker reads ------------------------------------------------------------------
 
     def keys(self, topic: str) -> TopicKeys:
         """The Redis key names of ``topic`` (validated)."""
@@ -238,18 +354,11 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         return await self.send_delayed(topic, body, delay=0, **options)
 
     async def send_delayed(
-        self,
-        topic: str,
-        body: Any,
-        delay: Duration,
-        *,
-        task_id: str | None = None,
-        ttr: Duration | None = None,
-        max_attempts: int | None = None,
-        on_conflict: OnConflict = "keep",
-        priority: int = 0,
+        self, topic: str, body: Any, delay: Duration, *, task_id: str | None = None,
+        ttr: Duration | None = None, max_attempts: int | None = None,
+        on_conflict: OnConflict = "keep", priority: int = 0,
         headers: Mapping[str, str] | None = None,
-    ) -> SendResult:
+    ) -> SendResult:  # fmt: skip
         """Send a task that becomes due ``delay`` after Redis receives it (Redis's clock).
 
         Args:
@@ -285,19 +394,11 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         )  # fmt: skip
 
     async def send_many(
-        self,
-        topic: str,
-        bodies: Iterable[Any],
-        *,
-        delay: Duration | Sequence[Duration] = 0,
-        task_ids: Iterable[str] | None = None,
-        ttr: Duration | None = None,
-        max_attempts: int | None = None,
-        batch_size: int = 500,
-        on_conflict: OnConflict = "keep",
-        priority: int = 0,
-        headers: Mapping[str, str] | None = None,
-    ) -> list[SendResult]:
+        self, topic: str, bodies: Iterable[Any], *, delay: Duration | Sequence[Duration] = 0,
+        task_ids: Iterable[str] | None = None, ttr: Duration | None = None,
+        max_attempts: int | None = None, batch_size: int = 500, on_conflict: OnConflict = "keep",
+        priority: int = 0, headers: Mapping[str, str] | None = None,
+    ) -> list[SendResult]:  # fmt: skip
         """Send many tasks to one topic with one round trip per batch.
 
         Every body, id and delay is validated before anything is written.  Each batch of
@@ -338,18 +439,11 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         )  # fmt: skip
 
     async def send_at(
-        self,
-        topic: str,
-        body: Any,
-        at: datetime,
-        *,
-        task_id: str | None = None,
-        ttr: Duration | None = None,
-        max_attempts: int | None = None,
-        on_conflict: OnConflict = "keep",
-        priority: int = 0,
+        self, topic: str, body: Any, at: datetime, *, task_id: str | None = None,
+        ttr: Duration | None = None, max_attempts: int | None = None,
+        on_conflict: OnConflict = "keep", priority: int = 0,
         headers: Mapping[str, str] | None = None,
-    ) -> SendResult:
+    ) -> SendResult:  # fmt: skip
         """Send a task due at the aware datetime ``at``.
 
         A time up to ``past_tolerance`` (default 5 s) in the past, judged on Redis's clock,
@@ -379,13 +473,9 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         return await self._producer.cancel(topic, check_task_id(task_id))
 
     async def reschedule(
-        self,
-        topic: str,
-        task_id: str,
-        *,
-        delay: Duration | None = None,
+        self, topic: str, task_id: str, *, delay: Duration | None = None,
         at: datetime | None = None,
-    ) -> bool:
+    ) -> bool:  # fmt: skip
         """Move a delayed or ready task to ``delay`` from now, or to the aware datetime ``at``.
 
         Returns:
@@ -404,16 +494,92 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
             raise self._producer.too_far_past(value_ms, when)
         return status == 1
 
+    # -- looking up and controlling ------------------------------------------------------
+
+    async def get(self, topic: str, task_id: str) -> TaskInfo | None:
+        """Look a task up by id.
+
+        Returns:
+            Its state, body and schedule; None once it was acked or cancelled, or if unknown.
+        """
+        return await get_task(self.scripts, self.shards, topic, task_id)
+
+    async def topic_names(self) -> list[str]:
+        """The names of the topics this queue has used (sent to, or consumed), sorted."""
+        return await topic_names(self.redis, self.name)
+
+    async def stats(self, topics: Iterable[str] | None = None) -> dict[str, TopicStats]:
+        """Count tasks per state for every topic of this queue (or of ``topics``).
+
+        A topic is listed when it holds any task, or is paused or limited (with its
+        controls); a sharded topic's counts are the sums over its shards, its controls
+        shard 0's (pause applies to every shard).
+        """
+        names = await self.topic_names() if topics is None else [check_topic(t) for t in topics]
+        return await topic_stats(self.scripts, self.shards, names)
+
+    async def dead_letters(self, topic: str, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
+        """List a topic's dead letters, oldest first, with their last error.
+
+        Of a sharded topic: each shard's first ``offset + limit``, merged by time of death.
+
+        Raises:
+            InvalidInputError: ``limit`` < 1 or ``offset`` < 0.
+        """
+        return await dead_letters(self.scripts, self.shards, topic, limit, offset)
+
+    async def replay(self, topic: str, task_id: str) -> bool:
+        """Move a dead-lettered task back to ready (due now), its attempts reset.
+
+        Returns:
+            True if the task was dead and is now ready again.
+        """
+        return await replay(self.scripts, self.shards, topic, task_id)
+
+    async def upcoming(
+        self, topic: str, *, limit: int = 50, cursor: str | None = None
+    ) -> UpcomingPage:  # fmt: skip
+        """The next ``limit`` (1..500) delayed or ready tasks of ``topic``, in due order.
+
+        Costs Redis O(limit), not O(tasks).  Pass the page's ``cursor`` back for the next
+        page; if the task it names has left the schedule since, the next page starts after
+        its due time (so tasks due in that same millisecond may be skipped).
+        """
+        return await upcoming(self.scripts, await self.shards.every(topic), limit=limit,
+                              cursor=cursor)  # fmt: skip
+
+    async def timeline(self, topic: str, *, window: Duration = 60, windows: int = 60) -> Timeline:
+        """How many tasks of ``topic`` fall due in each of the next ``windows`` (1..240)
+        windows of ``window`` seconds, and how many are due already.
+
+        Costs Redis O(windows * log(tasks)); a window of over ~2,000 tasks is estimated
+        (flagged).
+        """
+        return await timeline(self.scripts, await self.shards.every(topic), window=window,
+                              windows=windows)  # fmt: skip
+
+    async def pause(self, topic: str) -> None:
+        """Stop every worker of the queue from leasing ``topic``'s tasks, until :meth:`resume`.
+
+        Takes effect at each worker's next lease (tasks already leased run to the end) and
+        holds across worker restarts: the pause is stored in Redis.  Sends are still
+        accepted; ``stats()`` and ``get()`` show the pause.  A sharded topic is paused
+        shard by shard (each shard's ``controls`` hash).
+        """
+        await set_controls(self.scripts, self.shards, topic, {"paused": "1"})
+        await self.announce([topic])  # so that stats() lists it, tasks or not
+
+    async def resume(self, topic: str) -> None:
+        """Let ``topic``'s tasks be leased again after :meth:`pause`; its workers are woken
+        at once (a topic that is not paused is left as it is)."""
+        await set_controls(self.scripts, self.shards, topic, {"paused": ""})
+
     # -- consuming --------------------------------------------------------------------------
 
     async def run_worker(
-        self,
-        concurrency: int = 50,
-        topics: Iterable[str] | None = None,
-        grace: Duration = 10.0,
-        *,
+        self, concurrency: int = 50, topics: Iterable[str] | None = None, grace: Duration = 10.0, *,
         handle_signals: bool = True,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Consume this queue's registered topics until cancelled or SIGINT/SIGTERM.
 
         Args:
@@ -425,3 +591,17 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         """
         worker = Worker(self, concurrency=concurrency, topics=topics, grace=grace)
         await worker.run(handle_signals=handle_signals)
+
+    def worker(
+        self, concurrency: int = 50, topics: Iterable[str] | None = None, grace: Duration = 10.0,
+        **options: Any,
+    ) -> Worker:  # fmt: skip
+        """A worker to run on this event loop: ``async with queue.worker(concurrency=20):``.
+
+        Entering starts it in the background (lifespan, Redis check, leases) and returns
+        once it consumes; leaving the block stops it gracefully, with the same two-stage
+        stop as :meth:`run_worker` (``grace``, then cancel and hand back).  For a worker
+        inside a web app's lifespan (FastAPI's, say); it installs no signal handlers.
+        ``options`` go to :class:`~delayq.Worker` (``on_outcome``, ``threads``).
+        """
+        return Worker(self, concurrency=concurrency, topics=topics, grace=grace, **options)

@@ -21,6 +21,7 @@ import anyio.to_thread
 from pydantic import TypeAdapter
 
 from delayq.backoff import Backoff
+from delayq.bounds import bounded_int
 from delayq.duration import Duration, to_millis
 from delayq.errors import InvalidInputError, UnsupportedShardingError
 from delayq.limits import RateLimit, check_max_running
@@ -91,16 +92,12 @@ MAX_SHARDS = 1024
 
 def check_shards(value: object) -> int:
     """Return ``value`` if it is a valid shard count, else raise :class:`InvalidInputError`."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHARDS:
-        raise InvalidInputError(f"shards must be an int in [1, {MAX_SHARDS}], got {value!r}")
-    return value
+    return bounded_int(value, "shards", 1, MAX_SHARDS)
 
 
 def check_history(value: object) -> int:
     """Return ``value`` if it is a valid history size, else raise :class:`InvalidInputError`."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_HISTORY:
-        raise InvalidInputError(f"history must be an int in [0, {MAX_HISTORY}], got {value!r}")
-    return value
+    return bounded_int(value, "history", 0, MAX_HISTORY)
 
 
 MAX_ATTEMPTS_LIMIT = 1_000_000
@@ -108,15 +105,7 @@ MAX_ATTEMPTS_LIMIT = 1_000_000
 
 def check_max_attempts(value: object) -> int:
     """Return ``value`` if it is a valid attempt limit, else raise :class:`InvalidInputError`."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise InvalidInputError(
-            f"max_attempts must be an int in [1, {MAX_ATTEMPTS_LIMIT}], got {value!r}"
-        )
-    return value
+    return bounded_int(value, "max_attempts", 1, MAX_ATTEMPTS_LIMIT)
 
 
 OnConflict = Literal["keep", "replace"]
@@ -140,11 +129,7 @@ MAX_PRIORITY = 1_000_000
 
 def check_priority(value: object) -> int:
     """Return ``value`` if it is a valid task priority, else raise :class:`InvalidInputError`."""
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_PRIORITY:
-        raise InvalidInputError(
-            f"priority must be an int in [-{MAX_PRIORITY}, {MAX_PRIORITY}], got {value!r}"
-        )
-    return value
+    return bounded_int(value, "priority", -MAX_PRIORITY, MAX_PRIORITY)
 
 
 def task_overrides(ttr: Duration | None, max_attempts: int | None) -> tuple[int, int]:

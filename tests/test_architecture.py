@@ -1,7 +1,9 @@
 """The package's import graph: no cycles, and arrows that point one way.
 
-Read with ``ast`` from the source (imports under ``TYPE_CHECKING`` and inside functions
-count too), so the check sees what a reader of the code sees, not what one run imported.
+Read with ``ast`` from the source, so the check sees what a reader of the code sees, not
+what one run imported.  For the layers, imports under ``TYPE_CHECKING`` and inside functions
+count too; for cycles, what runs counts: ``TYPE_CHECKING`` imports are left out, and
+``from pkg import x`` imports ``pkg/__init__`` as well as ``pkg.x``.
 
 The layers, from the top (a module may import its own layer and the ones below)::
 
@@ -10,8 +12,8 @@ The layers, from the top (a module may import its own layer and the ones below):
     queue        delayq.queue and the modules it delegates to
     worker       delayq.worker.*
     redis        delayq.redis.*
-    leaves       errors, duration, backoff, ids, codec, task, cancel, topic, limits, hooks,
-                 ticks, headers, events: anyone may import these
+    leaves       errors, bounds, pacing, duration, backoff, ids, codec, task, cancellation,
+                 topic, limits, middleware, ticks, headers, events: anyone may import these
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ LEAVES = {
     "delayq.ids",
     "delayq.codec",
     "delayq.task",
-    "delayq.cancel",
+    "delayq.cancellation",
+    "delayq.bounds",
+    "delayq.pacing",
     "delayq.topic",
     "delayq.limits",
-    "delayq.hooks",
+    "delayq.middleware",
     "delayq.ticks",
     "delayq.headers",
     "delayq.events",
@@ -45,6 +49,12 @@ LEAVES = {
 # test_import_delayq_loads_no_optional_dependency checks that importing the CLI does not).
 EXTENSIONS = ("delayq.testing", "delayq.web", "delayq.metrics", "delayq.otel", "delayq.archive",
               "delayq.cli", "delayq.__main__")  # fmt: skip
+MAX_MODULE_LINES = 400
+MAX_CLASS_LINES = 320
+# Cycles inside delayq.web that its rewrite removes; empty this set once it has landed.
+PENDING_WEB = {"delayq.web", "delayq.web.app", "delayq.web.fast"}
+# Modules still over the limits, each to be split; the set only shrinks.
+PENDING_SIZE = {"delayq.queue", "delayq.redis.scripts", "delayq.web.api"}
 OPTIONAL = ("fastapi", "starlette", "uvicorn", "prometheus_client", "opentelemetry",
             "sqlalchemy", "asyncpg", "asyncmy", "playwright", "croniter", "uvloop",
             "httptools", "schemathesis")  # fmt: skip
@@ -61,11 +71,35 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The delayq modules ``name`` imports (a ``from pkg import mod`` names the module)."""
+def type_checking_only(tree: ast.Module) -> set[ast.AST]:
+    """The import statements inside ``if TYPE_CHECKING:`` blocks."""
+    found: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            for statement in node.body:
+                found.update(
+                    n for n in ast.walk(statement) if isinstance(n, ast.Import | ast.ImportFrom)
+                )
+    return found
+
+
+def imports_of(name: str, path: Path, known: set[str], *, runtime: bool = False) -> set[str]:
+    """The delayq modules ``name`` imports (a ``from pkg import mod`` names the module).
+
+    ``runtime``: leave out ``TYPE_CHECKING`` imports, and count ``from pkg import x`` as
+    importing ``pkg`` too (its ``__init__`` runs first, and may import ``name`` back).  A
+    plain ``import a.b`` does not count ``a``: every module would then import ``delayq``.
+    """
     is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = type_checking_only(tree) if runtime else set()
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
+        if node in skipped:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -74,16 +108,18 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
                 parent = name.split(".") if is_package else name.split(".")[:-1]
                 parent = parent[: len(parent) - (node.level - 1)]
                 base = ".".join(parent + ([base] if base else []))
+            if runtime:
+                found.add(base)
             for alias in node.names:
                 candidate = f"{base}.{alias.name}"
                 found.add(candidate if candidate in known else base)
     return {m for m in found if m in known and m != name}
 
 
-def graph() -> dict[str, set[str]]:
+def graph(*, runtime: bool = False) -> dict[str, set[str]]:
     mods = modules()
     known = set(mods)
-    return {name: imports_of(name, path, known) for name, path in mods.items()}
+    return {name: imports_of(name, path, known, runtime=runtime) for name, path in mods.items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -142,6 +178,19 @@ def test_no_import_cycles() -> None:
     assert cycles(graph()) == []
 
 
+def test_no_import_cycles_at_run_time_including_through_a_package_init() -> None:
+    found = [c for c in cycles(graph(runtime=True)) if not set(c) <= PENDING_WEB]
+    assert found == []
+
+
+def test_the_run_time_graph_counts_a_package_init() -> None:
+    edges = graph(runtime=True)
+    assert "delayq.worker" in edges["delayq.queue"]  # from delayq.worker import Worker
+    assert "delayq.worker.runner" in edges["delayq.worker"]
+    # source.py's imports are all under TYPE_CHECKING
+    assert graph()["delayq.worker.source"] and not edges["delayq.worker.source"]
+
+
 def test_imports_point_down() -> None:
     upward = [
         f"{name} -> {target}"
@@ -186,5 +235,22 @@ def test_import_delayq_loads_no_optional_dependency() -> None:
 
 @pytest.mark.parametrize("name", sorted(modules()))
 def test_modules_stay_small(name: str) -> None:
+    if name in PENDING_SIZE:
+        pytest.skip("being split")
     lines = len(modules()[name].read_text(encoding="utf-8").splitlines())
-    assert lines <= 450, f"{name} has {lines} lines; split it"
+    assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines; split it"
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_classes_stay_small(name: str) -> None:
+    if name in PENDING_SIZE:
+        pytest.skip("being split")
+    tree = ast.parse(modules()[name].read_text(encoding="utf-8"))
+    large = [
+        f"{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
+    ]
+    assert large == [], f"{name}: split {large}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -185,23 +184,16 @@ async def _no_history(queue: Queue, args: argparse.Namespace) -> int:
 
 async def _archive(queue: Queue, args: argparse.Namespace) -> int:
     try:
-        from delayq.archive import Archiver
+        from delayq.archive.command import archive_command
     except ImportError as exc:
         raise AppImportError(
             f"delayq archive needs the archive extra (delayq[archive]): {exc}"
         ) from exc
-    archiver = Archiver(queue, args.to, table=args.table, batch=args.batch)
     topics = [t for t in args.topics.split(",") if t] if args.topics else None
-    try:
-        while True:
-            for topic, moved in (await archiver.archive_all(topics)).items():
-                if moved:
-                    print(f"archived {moved} record(s) of {topic}", flush=True)
-            if args.every is None:
-                return 0
-            await asyncio.sleep(args.every)
-    finally:
-        await archiver.close()
+    return await archive_command(
+        queue, args.to, table=args.table, batch=args.batch, migrate=args.migrate,
+        topics=topics, every=args.every,
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -270,10 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--limit", type=int, default=100)
     history.add_argument("--before", type=int, metavar="SEQ", help="older than this record")
     history.add_argument("--json", action="store_true", help="one JSON object per line")
-    archive = command("archive", _archive, "move history into SQL", app_required=False)
+    archive = command("archive", _archive, "copy history into SQL", app_required=False)
     archive.add_argument(
-        "--to", required=True, help="SQLAlchemy async URL, e.g. postgresql+asyncpg://"
-    )
+        "--to", required=True, action="append",
+        help="SQLAlchemy async URL, e.g. postgresql+asyncpg:// (repeat for more databases)",
+    )  # fmt: skip
+    archive.add_argument("--migrate", action="store_true", help="migrate a 0.1 archive table")
     archive.add_argument("--topics", help="comma-separated topics (default: all)")
     archive.add_argument("--table", default="delayq_history")
     archive.add_argument("--batch", type=int, default=500, help="records per transaction")

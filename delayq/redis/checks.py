@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from delayq.errors import UnsupportedRedisError
+from delayq.errors import RedisUnavailableError, UnsupportedRedisError
+from delayq.pacing import RetryPacing
 from delayq.redis.translate import redis_errors
 
 if TYPE_CHECKING:
@@ -47,3 +49,21 @@ async def check_server(redis: Redis) -> str:
             policy,
         )
     return version
+
+
+async def wait_for_server(redis: Redis) -> str:
+    """:func:`check_server`, retried (with :class:`~delayq.pacing.RetryPacing`, up to 2 s
+    apart) while Redis cannot be reached: a worker started before its Redis waits for it.
+
+    Raises:
+        UnsupportedRedisError: the server is older than :data:`MIN_REDIS_VERSION`.
+    """
+    pacing = RetryPacing(first=0.1, cap=2.0)
+    while True:
+        try:
+            return await check_server(redis)
+        except UnsupportedRedisError:
+            raise
+        except RedisUnavailableError as exc:
+            log.warning("waiting for Redis: %s", exc)
+            await asyncio.sleep(pacing.failed())

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from redis import exceptions as rexc
 
+from delayq.bounds import bounded_int
 from delayq.duration import Duration, to_millis
-from delayq.errors import InvalidDurationError, InvalidInputError, NotDurableError
+from delayq.errors import InvalidDurationError, NotDurableError
 from delayq.redis.checks import parse_version
 from delayq.redis.cluster import NodeClients, is_cluster
 
@@ -64,11 +65,7 @@ class Durability:
     timeout_ms: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        replicas = self.replicas
-        if isinstance(replicas, bool) or not isinstance(replicas, int):
-            raise InvalidInputError(f"replicas must be an int, got {replicas!r}")
-        if not 1 <= replicas <= MAX_REPLICAS:
-            raise InvalidInputError(f"replicas must be in [1, {MAX_REPLICAS}], got {replicas}")
+        bounded_int(self.replicas, "replicas", 1, MAX_REPLICAS)
         # 0 would make WAIT block forever.
         timeout_ms = to_millis(self.timeout, name="durability timeout", allow_zero=False)
         if timeout_ms > MAX_TIMEOUT_MS:

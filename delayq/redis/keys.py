@@ -23,6 +23,8 @@ Redis Cluster slot and every script can touch them atomically::
                                                history -> records kept, history_seq
     delayq:{shop:order.close}:history    STREAM finished tasks, when the topic keeps history
     delayq:{shop:order.close}:rollup     HASH  an hour of activity in 10 s windows (history)
+    delayq:{shop:order.close}:archive    HASH  SQL destination -> seq of the last history record
+                                               it holds (the archive's cursors, archived.lua)
     delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
     delayq:{shop:*}:wake                 the pattern of every topic's wake channel (long polls;
                                                on a Redis Cluster the wake channels are sharded
@@ -145,6 +147,8 @@ class TopicKeys:
     """Finished tasks of a topic that keeps history (``_history.lua``)."""
     rollup: str
     """Its activity per 10 s window for the last hour (``rollup.lua``)."""
+    archive: str
+    """How far each SQL destination has copied :attr:`history` (``archived.lua``)."""
     wake_publish: str
     """What the scripts are given as the wake channel: :attr:`wake`, or on a Redis Cluster
     ``!`` + :attr:`wake`, which they publish with ``SPUBLISH`` (sharded pub/sub)."""
@@ -187,6 +191,7 @@ class TopicKeys:
             periodic=base + "periodic",
             history=base + "history",
             rollup=base + "rollup",
+            archive=base + "archive",
             wake_publish=("!" if sharded_wake else "") + base + "wake",
             shard=shard,
         )

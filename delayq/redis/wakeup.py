@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as rexc
 
-from delayq.cancel import cancel_all, raise_if_cancelling
+from delayq.cancellation import cancel_all, raise_if_cancelling
+from delayq.pacing import RetryPacing
 from delayq.redis.cluster import NodeClients, is_cluster
 from delayq.redis.connection import SILENCE_TIMEOUT
 
@@ -216,7 +217,7 @@ async def listen(
     ``confirmed``: call ``subscribed()`` only once Redis confirmed the subscription (so
     that a publish after it certainly reaches us), rather than once the command is sent.
     """
-    retry_in = 0.05
+    pacing = RetryPacing(first=0.05)
     while True:
         raise_if_cancelling()
         pubsub = redis.pubsub()  # confirmations are also the heartbeat's replies
@@ -224,13 +225,13 @@ async def listen(
             await subscribe(pubsub)
             if not confirmed:
                 subscribed()
-            retry_in = 0.05
+            pacing.succeeded()
             await _receive(pubsub, subscribe, deliver, subscribed if confirmed else None)
         except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
             lost()
+            retry_in = pacing.failed()
             log.warning("wake-up subscription lost (%s); retrying in %.2fs", exc, retry_in)
             await asyncio.sleep(retry_in)
-            retry_in = min(retry_in * 2, 1.0)
         finally:
             await asyncio.shield(_close_quietly(pubsub))
 
@@ -250,7 +251,7 @@ async def _receive(
     sent_at: float | None = None
     while True:
         # A heartbeat is a socket write, timed by asyncio.wait_for, which on Python 3.11
-        # can swallow a cancel (delayq.cancel): without this check a cancelled session
+        # can swallow a cancel (delayq.cancellation): without this check a cancelled session
         # went on listening, and a worker on a Redis Cluster never finished stopping.
         raise_if_cancelling()
         message = await pubsub.get_message(timeout=HEARTBEAT)
@@ -291,7 +292,7 @@ async def listen_sharded(
     Redis) calls ``lost()``, re-reads the slot map and subscribes again (backing off up to
     1 s); ``changed`` being set subscribes again to the new ``channels()``."""
     nodes = NodeClients(cluster)
-    retry_in = 0.05
+    pacing = RetryPacing(first=0.05)
     try:
         while True:
             raise_if_cancelling()
@@ -304,11 +305,11 @@ async def listen_sharded(
                 continue
             except (rexc.RedisError, OSError) as exc:
                 lost()
+                retry_in = pacing.failed()
                 log.warning("wake-up subscription lost (%s); retrying in %.2fs", exc, retry_in)
                 await asyncio.sleep(retry_in)
-                retry_in = min(retry_in * 2, 1.0)
             else:
-                retry_in = 0.05
+                pacing.succeeded()
     finally:
         await asyncio.shield(nodes.aclose())
 

@@ -18,8 +18,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from delayq.consumer import NackResult
 from delayq.errors import InvalidHeadersError, InvalidInputError
 from delayq.history import WINDOW_SECONDS
-from delayq.schedule import MAX_UPCOMING, MAX_WINDOWS, Timeline, UpcomingPage
 from delayq.task import SendResult, TaskInfo, TopicStats
+from delayq.upcoming import MAX_UPCOMING, MAX_WINDOWS, Timeline, UpcomingPage
 from delayq.web.errors import ERROR_RESPONSES, ApiProblem, conflict, field_of, invalid, not_found
 from delayq.web.models import (
     ActivityPage,

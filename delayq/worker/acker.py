@@ -19,8 +19,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from delayq.cancel import raise_if_cancelling
+from delayq.cancellation import raise_if_cancelling
 from delayq.errors import DelayqError
+from delayq.pacing import RetryPacing
 
 if TYPE_CHECKING:
     from delayq.redis.keys import TopicKeys
@@ -79,7 +80,7 @@ class Acker:
 
     async def run(self) -> None:
         """Flush batches until closed and empty."""
-        failures = 0
+        pacing = RetryPacing()
         while True:
             raise_if_cancelling()
             if not self._batch:
@@ -92,8 +93,8 @@ class Acker:
             try:
                 refused = await self._flush(batch)
             except DelayqError as exc:
-                failures += 1
-                if self._closing and failures >= 3:
+                pause = pacing.failed()
+                if self._closing and pacing.failures >= 3:
                     log.error(
                         "giving up on %d acks: %s; their leases will expire", _size(batch), exc
                     )
@@ -101,9 +102,9 @@ class Acker:
                 else:
                     log.warning("ack failed (%s); retrying", exc)
                     self._requeue(batch)
-                    await asyncio.sleep(min(0.05 * 2**failures, 1.0))
+                    await asyncio.sleep(pause)
                     continue
-            failures = 0
+            pacing.succeeded()
             self._report(batch, refused)
 
     def _report(self, batch: dict[TopicKeys, list[Delivery]], refused: set[int]) -> None:

@@ -23,7 +23,7 @@ import anyio.to_thread
 if TYPE_CHECKING:
     from anyio import CapacityLimiter
 
-    from delayq.hooks import Middleware
+    from delayq.middleware import Middleware
     from delayq.task import Task
     from delayq.topic import Topic
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
-from delayq.cancel import cancelled_from_outside
+from delayq.cancellation import cancelled_from_outside
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine

@@ -21,7 +21,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from delayq.cancel import cancelled_from_outside
+from delayq.cancellation import cancelled_from_outside
 from delayq.codec import decode_body
 from delayq.duration import to_millis
 from delayq.errors import (

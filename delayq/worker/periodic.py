@@ -23,8 +23,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from delayq.cancel import first_of, raise_if_cancelling
+from delayq.cancellation import first_of, raise_if_cancelling
 from delayq.errors import DelayqError
+from delayq.pacing import RetryPacing
 from delayq.ticks import MAX_CATCH_UP, tick_id
 
 if TYPE_CHECKING:
@@ -71,21 +72,20 @@ class Keeper:
 
     async def run(self) -> None:
         """Schedule ticks until the worker stops."""
-        failures = 0
+        pacing = RetryPacing()
         while not self._stopping.is_set():
             raise_if_cancelling()
             self._wake.clear()
             try:
                 pause = await self.step()
             except DelayqError as exc:
-                failures += 1
-                pause = min(0.05 * 2**failures, 1.0)
+                pause = pacing.failed()
                 log.warning(
                     "periodic %r: scheduling its next tick failed (%s); retrying in %.2fs",
                     self._keys.topic, exc, pause,
                 )  # fmt: skip
             else:
-                failures = 0
+                pacing.succeeded()
             if pause > 0:
                 await self._sleep(pause)
 

@@ -1,10 +1,12 @@
 """What a worker tells about its deliveries, through one mechanism: the queue's event
 listeners (``queue.hooks``), then the worker's own ``on_outcome`` hook, which is a thin
 alias: a listener of this worker's ``acked``, ``retried`` and ``dead`` events, given each
-as an :class:`~delayq.task.Outcome`."""
+as an :class:`~delayq.task.Outcome`.  And what it tells only its log: the entries a
+reserve could not lease (:func:`log_skipped`)."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from delayq.events import Hooks, TaskEvent
@@ -16,6 +18,16 @@ if TYPE_CHECKING:
     from delayq.events import EventKind
     from delayq.task import OutcomeKind
     from delayq.worker.lease import Delivery
+
+log = logging.getLogger("delayq.worker")
+
+MAX_LOGGED_IDS = 10
+SKIP_REASONS = {
+    "missing": "dropped: scheduled or leased, but the stored task is missing (a send whose "
+    "HSET failed, e.g. denied by an ACL, or a field deleted by hand); nothing to run",
+    "corrupt": "dead-lettered as CorruptTask: the stored envelope is unreadable",
+}
+"""What reserve.lua reports for entries it could not lease, as the worker logs them."""
 
 
 NACK_EVENTS: dict[str, EventKind] = {"retry": "retried", "release": "released", "dead": "dead"}
@@ -89,3 +101,14 @@ def tell_reclaimed(hooks: Hooks, topic: str, reclaimed: list[tuple[str, bool]]) 
         hooks.emit(TaskEvent("expired", topic, task_id, error=error))
         if dead:
             hooks.emit(TaskEvent("dead", topic, task_id, error=error))
+
+
+def log_skipped(topic: str, skipped: list[tuple[str, str]]) -> None:
+    """Warn about the entries a reserve dropped or buried, naming at most
+    :data:`MAX_LOGGED_IDS` ids per reason: they never reach a handler."""
+    for reason, what in SKIP_REASONS.items():
+        ids = [task_id for task_id, why in skipped if why == reason]
+        if ids:
+            shown = ", ".join(map(repr, ids[:MAX_LOGGED_IDS]))
+            more = f" and {len(ids) - MAX_LOGGED_IDS} more" if len(ids) > MAX_LOGGED_IDS else ""
+            log.warning("topic %r: %d task(s) %s: %s%s", topic, len(ids), what, shown, more)

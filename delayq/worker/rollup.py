@@ -15,7 +15,7 @@ import bisect
 import logging
 from typing import TYPE_CHECKING
 
-from delayq.cancel import raise_if_cancelling
+from delayq.cancellation import raise_if_cancelling
 from delayq.errors import DelayqError
 from delayq.redis.translate import redis_errors
 

@@ -28,26 +28,27 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
-from delayq.cancel import cancel_all, first_of, raise_if_cancelling
+from delayq.bounds import bounded_int
+from delayq.cancellation import cancel_all, first_of, raise_if_cancelling
 from delayq.duration import Duration, to_seconds
 from delayq.errors import (
     DelayqError,
     InvalidInputError,
     LifespanError,
-    RedisUnavailableError,
-    UnsupportedRedisError,
 )
-from delayq.hooks import lifespan_context
-from delayq.redis.checks import check_server
+from delayq.middleware import lifespan_context
+from delayq.pacing import RetryPacing
+from delayq.redis.checks import wait_for_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope
-from delayq.worker import embedded
 from delayq.worker.chain import build_chain
 from delayq.worker.declare import declare_limits
+from delayq.worker.embedded import start as start_embedded
+from delayq.worker.embedded import stop as stop_embedded
 from delayq.worker.execution import Executor
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 from delayq.worker.periodic import Keeper
-from delayq.worker.report import Reporter, tell_reclaimed
+from delayq.worker.report import Reporter, log_skipped, tell_reclaimed
 from delayq.worker.rollup import prepare
 
 if TYPE_CHECKING:
@@ -68,13 +69,6 @@ MAX_RECLAIM = 100
 IDLE_RECHECK = 2.0
 """Longest sleep of an idle fetch loop.  Precision comes from due times and wake-ups; this
 only bounds the damage of a silently dead pub/sub connection."""
-MAX_LOGGED_IDS = 10
-SKIP_REASONS = {
-    "missing": "dropped: scheduled or leased, but the stored task is missing (a send whose "
-    "HSET failed, e.g. denied by an ACL, or a field deleted by hand); nothing to run",
-    "corrupt": "dead-lettered as CorruptTask: the stored envelope is unreadable",
-}
-"""What reserve.lua reports for entries it could not lease, as the worker logs them."""
 STOP_TIMEOUT = 1.0
 """After the grace period, how long cancelled handlers get to unwind before we move on."""
 
@@ -96,17 +90,11 @@ class Worker:
     """
 
     def __init__(
-        self,
-        queue: TaskSource,
-        *,
-        concurrency: int = 50,
-        topics: Iterable[str] | None = None,
-        grace: Duration = 10.0,
-        on_outcome: Callable[[Outcome], None] | None = None,
+        self, queue: TaskSource, *, concurrency: int = 50, topics: Iterable[str] | None = None,
+        grace: Duration = 10.0, on_outcome: Callable[[Outcome], None] | None = None,
         threads: int | None = None,
-    ) -> None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidInputError(f"concurrency must be a positive int, got {concurrency!r}")
+    ) -> None:  # fmt: skip
+        bounded_int(concurrency, "concurrency", 1)
         names = list(queue.topics) if topics is None else list(topics)
         unknown = [name for name in names if name not in queue.topics]
         if unknown:
@@ -130,8 +118,7 @@ class Worker:
         self._wakeup = Wakeup(queue.redis, [keys.wake for _, keys in self._shards])
         self._embedded: asyncio.Task[None] | None = None
         self.threads = concurrency if threads is None else threads
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
-            raise InvalidInputError(f"threads must be a positive int, got {threads!r}")
+        bounded_int(self.threads, "threads", 1)
         self._executor = Executor(
             queue.scripts, self._deadlines, self._held,
             max_body_bytes=queue.max_body_bytes, ack_limit=concurrency,
@@ -159,19 +146,17 @@ class Worker:
     async def __aenter__(self) -> Self:
         """Run the worker in the background on this event loop (``queue.worker()``);
         returns once it consumes.  See :mod:`delayq.worker.embedded`."""
-        self._embedded = await embedded.start(self)
+        self._embedded = await start_embedded(self)
         return self
 
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Stop the worker gracefully (the two-stage stop) and wait for it."""
         run, self._embedded = self._embedded, None
         if run is not None:
-            await embedded.stop(self, run)
+            await stop_embedded(self, run)
 
     @property
     def held(self) -> int:
@@ -233,12 +218,9 @@ class Worker:
         }
         loop = asyncio.get_running_loop()
         self._executor.now = loop.time
-        signals = self._install_signals(loop) if handle_signals else []
-        log.info(
-            "worker started: topics=%s concurrency=%d",
-            [t.name for t in self.topics],
-            self.concurrency,
-        )
+        signals = install_signals(loop, self.stop) if handle_signals else []
+        names = [t.name for t in self.topics]
+        log.info("worker started: topics=%s concurrency=%d", names, self.concurrency)
         # Consumers live outside the TaskGroup: a handler that ignores cancellation (some
         # libraries swallow it on Python 3.11) must not keep run() from returning.
         consumers = [asyncio.create_task(self._consume()) for _ in range(self.concurrency)]
@@ -278,34 +260,14 @@ class Worker:
         return keepers
 
     async def _wait_for_redis(self) -> None:
-        retry_in = 0.1
-        while True:
-            try:
-                await check_server(self.queue.redis)
-                return
-            except UnsupportedRedisError:
-                raise
-            except RedisUnavailableError as exc:
-                log.warning("waiting for Redis: %s", exc)
-                await asyncio.sleep(retry_in)
-                retry_in = min(retry_in * 2, 2.0)
-
-    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
-        installed: list[int] = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self.stop)
-            except (ValueError, RuntimeError, NotImplementedError):
-                continue  # not the main thread, or no signal support: stop() still works
-            installed.append(sig)
-        return installed
+        await wait_for_server(self.queue.redis)
 
     # -- fetching ---------------------------------------------------------------------------
 
     async def _fetch(self, topic: Topic[Any], keys: TopicKeys) -> None:
         wake = self._wakeup.event(keys.wake)
         loop = asyncio.get_running_loop()
-        failures = 0
+        pacing = RetryPacing()
         while True:
             raise_if_cancelling()
             wanted = await self._slots.take(self._batch, self._stopping)
@@ -321,12 +283,11 @@ class Worker:
                 )  # fmt: skip
             except DelayqError as exc:
                 self._slots.give(wanted)
-                failures += 1
-                pause = min(0.05 * 2**failures, 1.0)
+                pause = pacing.failed()
                 log.warning("reserve on %r failed (%s); retrying in %.2fs", topic.name, exc, pause)
                 await self._sleep(wake, pause)
                 continue
-            failures = 0
+            pacing.succeeded()
             if found.skipped:
                 log_skipped(topic.name, found.skipped)
             if found.reclaimed and self.queue.hooks.listeners:
@@ -399,11 +360,9 @@ class Worker:
     # -- stopping ---------------------------------------------------------------------------
 
     async def _shutdown(
-        self,
-        fetchers: list[asyncio.Task[None]],
-        consumers: list[asyncio.Task[None]],
+        self, fetchers: list[asyncio.Task[None]], consumers: list[asyncio.Task[None]],
         acker: asyncio.Task[None],
-    ) -> None:
+    ) -> None:  # fmt: skip
         # 1. Stop leasing; a fetch loop finishes the reserve call it is in, so no reply is lost.
         await asyncio.gather(*fetchers, return_exceptions=True)
         # 2. Leased but not started: hand back at once.
@@ -426,12 +385,13 @@ class Worker:
         await asyncio.gather(*(self._executor.nack(d, "release", 0, "") for d in deliveries))
 
 
-def log_skipped(topic: str, skipped: list[tuple[str, str]]) -> None:
-    """Warn about the entries a reserve dropped or buried, naming at most
-    :data:`MAX_LOGGED_IDS` ids per reason: they never reach a handler."""
-    for reason, what in SKIP_REASONS.items():
-        ids = [task_id for task_id, why in skipped if why == reason]
-        if ids:
-            shown = ", ".join(map(repr, ids[:MAX_LOGGED_IDS]))
-            more = f" and {len(ids) - MAX_LOGGED_IDS} more" if len(ids) > MAX_LOGGED_IDS else ""
-            log.warning("topic %r: %d task(s) %s: %s%s", topic, len(ids), what, shown, more)
+def install_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> list[int]:
+    """Call ``stop`` on SIGINT and SIGTERM; returns the signals it could install."""
+    installed: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop)
+        except (ValueError, RuntimeError, NotImplementedError):
+            continue  # not the main thread, or no signal support: stop() still works
+        installed.append(sig)
+    return installed

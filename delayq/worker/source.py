@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from delayq.events import Hooks
-    from delayq.hooks import Lifespan, Middleware
+    from delayq.middleware import Lifespan, Middleware
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
     from delayq.topic import Topic

@@ -16,7 +16,7 @@ import redis.asyncio
 
 import delayq.web.api
 from delayq import Queue
-from delayq.schedule import EXACT_SLOTS
+from delayq.upcoming import EXACT_SLOTS
 from delayq.web import create_app
 from tests.redis_server import RedisServer
 from tests.web.conftest import auth, tokens

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from delayq.bounds import bounded_int
 from delayq.duration import Duration, to_millis
 from delayq.errors import InvalidInputError
 from delayq.redis.keys import check_task_id
@@ -108,8 +109,7 @@ async def upcoming(
 ) -> UpcomingPage:
     """The next ``limit`` tasks of a topic in due order, after ``cursor`` (see ``Queue.upcoming``);
     of a sharded topic, the first ``limit`` of each shard's page, merged by (due, id)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_UPCOMING:
-        raise InvalidInputError(f"limit must be an int in [1, {MAX_UPCOMING}], got {limit!r}")
+    bounded_int(limit, "limit", 1, MAX_UPCOMING)
     after = parse_cursor(cursor) if cursor is not None else None
     keys = shards[0]
     if len(shards) == 1:
@@ -145,8 +145,7 @@ async def timeline(
     """Counts of a topic's tasks by due time (see ``Queue.timeline``), summed over its
     shards (each counted on its own Redis clock reading, the first one's shown)."""
     width_ms = to_millis(window, name="window", allow_zero=False)
-    if isinstance(windows, bool) or not isinstance(windows, int) or not 1 <= windows <= MAX_WINDOWS:
-        raise InvalidInputError(f"windows must be an int in [1, {MAX_WINDOWS}], got {windows!r}")
+    bounded_int(windows, "windows", 1, MAX_WINDOWS)
     if width_ms * windows > 366 * 86_400_000:
         raise InvalidInputError("window * windows must be at most a year")
     keys = shards[0]
