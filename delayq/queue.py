@@ -124,9 +124,8 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         ``socket_connect_timeout``; pooled calls wait longer by the durability timeout)
         fails the command with ``RedisUnavailableError``, without a retry; and at most
         ``max_connections`` (100) pooled connections are opened, more concurrent calls
-        waiting up to ``timeout`` (10 s) for a free one.  One more
-        connection, opened with the same settings and retried under the same policy,
-        carries the script calls (:mod:`delayq.redis.lane`); durable sends use the pool.
+        waiting up to ``timeout`` (10 s) for a free one.  Script calls made in the same
+        turn of the event loop go to Redis as one pipeline (:mod:`delayq.redis.lane`).
 
         ``cluster=True``: ``url`` is any node of a Redis Cluster (docs/cluster.md); the
         queue uses ``redis.asyncio.RedisCluster`` (no script lane) and retries scripts that a

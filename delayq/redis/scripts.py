@@ -122,7 +122,8 @@ class Scripts:
 
     async def _retry(self, call: Callable[[], Awaitable[Any]], exc: Exception) -> Any:
         """On a cluster: repeat ``call`` while slots move or a master is replaced.  Raises
-        ``exc`` (or the last error) as delayq's error; ``AttributeError`` as it is."""
+        ``exc`` (or the last error) as delayq's error; an ``AttributeError`` that is not
+        redis-py's race (:func:`~delayq.redis.cluster.is_disconnect_race`) as it is."""
         return await after_failure(self._cluster, call, exc)
 
     async def _write(

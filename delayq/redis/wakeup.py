@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 from redis import exceptions as rexc
 
 from delayq.cancel import cancel_all, raise_if_cancelling
+from delayq.redis.clients import SILENCE_TIMEOUT
 from delayq.redis.cluster import NodeClients, is_cluster
-from delayq.redis.connection import SILENCE_TIMEOUT
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
