@@ -58,11 +58,11 @@ async def test_calls_of_one_turn_share_one_connection_and_get_their_own_replies(
 ) -> None:
     lane = make_lane(redis_url)
     before = await connections_received(redis_client)
-    # 300 calls at once: one pipeline; sent one by one on the pool, they would open up to
-    # its 100 connections.
+    # 300 calls at once: the first at once, the other 299 as one pipeline behind it; sent
+    # one by one on the pool, they would open up to its 100 connections.
     replies = await asyncio.gather(*(echo(lane, f"v{i}") for i in range(300)))
     assert replies == [f"v{i}".encode() for i in range(300)]
-    assert await connections_received(redis_client) - before == 1
+    assert await connections_received(redis_client) - before == 2
 
 
 async def test_pipelined_calls_from_many_turns_keep_their_replies(
@@ -182,10 +182,14 @@ async def test_closing_fails_pipelined_calls_in_flight_and_a_later_call_works(
     lane = make_lane(redis_url, retry=Retry(NoBackoff(), 0))
     assert await echo(lane, "warm") == b"warm"
     await redis_client.execute_command("CLIENT", "PAUSE", 300, "ALL")
-    in_flight = asyncio.gather(echo(lane, "cut 1"), echo(lane, "cut 2"), return_exceptions=True)
+    # The first call goes alone (its caller's own await), the others as a pipeline.
+    calls = (echo(lane, "alone"), echo(lane, "cut 1"), echo(lane, "cut 2"))
+    in_flight = asyncio.gather(*calls, return_exceptions=True)
     await asyncio.sleep(0.05)
     await lane.aclose()
-    assert [type(e) for e in await in_flight] == [RedisConnectionError, RedisConnectionError]
+    replies = await in_flight
+    assert replies[0] == b"alone"
+    assert [type(e) for e in replies[1:]] == [RedisConnectionError, RedisConnectionError]
     assert await echo(lane, "again") == b"again"
 
 
@@ -194,15 +198,17 @@ async def test_a_caller_cancelled_leaves_the_others_of_its_pipeline_their_replie
 ) -> None:
     lane = make_lane(redis_url)
     assert await echo(lane, "warm") == b"warm"
-    # The first call leads its turn's pipeline: cancelled before it is sent, and after.
-    for pause in (0.0, 0.1):
-        await redis_client.execute_command("CLIENT", "PAUSE", 200, "ALL")
-        calls = [asyncio.ensure_future(echo(lane, f"c{i}")) for i in range(5)]
-        await asyncio.sleep(pause)
-        calls[0].cancel()
-        replies = await asyncio.gather(*calls, return_exceptions=True)
-        assert isinstance(replies[0], asyncio.CancelledError)
-        assert replies[1:] == [f"c{i}".encode() for i in range(1, 5)]
+    # The first call goes alone; the second leads the pipeline of the others, the third
+    # rides along: each is cancelled before the pipeline is sent, and after.
+    for cancelled in (1, 2):
+        for pause in (0.0, 0.1):
+            await redis_client.execute_command("CLIENT", "PAUSE", 200, "ALL")
+            calls = [asyncio.ensure_future(echo(lane, f"c{i}")) for i in range(5)]
+            await asyncio.sleep(pause)
+            calls[cancelled].cancel()
+            replies = await asyncio.gather(*calls, return_exceptions=True)
+            assert isinstance(replies.pop(cancelled), asyncio.CancelledError)
+            assert replies == [f"c{i}".encode() for i in range(5) if i != cancelled]
 
 
 async def test_a_redis_that_is_down_fails_the_call(

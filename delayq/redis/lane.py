@@ -1,10 +1,11 @@
 """The script lane: concurrent script calls from one process pipelined automatically.
 
 A send awaited one by one is a round trip; fifty sends awaited at once need not be fifty.
-Like ioredis's auto-pipelining, the lane gathers the calls made in one turn of the event
-loop: a call alone in its turn goes straight to redis-py (``EVALSHA``); calls that arrive
-together go to Redis as one ``pipeline(transaction=False)``, one write and one read for
-all of them, and each caller gets its own reply or error.
+Like ioredis's auto-pipelining, the lane gathers calls made in one turn of the event loop:
+a call made while none is in flight goes straight to redis-py (``EVALSHA``), so a send
+awaited one by one waits for nothing; calls made while others are in flight wait for the
+end of their turn and go to Redis as one ``pipeline(transaction=False)``, one write and
+one read for all of them, and each caller gets its own reply or error.
 
 Everything else is redis-py's, through its public API, so the two cannot disagree: the
 connection (TCP, TLS, unix sockets, credentials, SELECT, the client name), the retry
@@ -15,19 +16,18 @@ unknown to Redis (after a restart or ``SCRIPT FLUSH``) is loaded and its call ru
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ConnectionError, NoScriptError
+import hiredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from redis.asyncio import Redis
-
-
-def _new_future() -> asyncio.Future[Any]:
-    return asyncio.get_running_loop().create_future()
+    from redis.asyncio.connection import AbstractConnection
 
 
 @dataclass(slots=True)
@@ -36,7 +36,7 @@ class _Call:
     source: str | bytes | memoryview
     keys: Sequence[str]
     args: Sequence[str | int | bytes]
-    future: asyncio.Future[Any] = field(default_factory=_new_future)
+    future: asyncio.Future[Any] | None = None  # a pipelined call's, for its reply
 
 
 class ScriptLane:
@@ -52,6 +52,12 @@ class ScriptLane:
         self._owned = owned
         self._batch: list[_Call] | None = None
         self._running: set[asyncio.Task[None]] = set()
+        self._alone = 0  # lone calls in flight
+        settings = client.connection_pool.connection_kwargs
+        self._hiredis = (
+            settings.get("encoding", "utf-8") == "utf-8"
+            and settings.get("encoding_errors", "strict") == "strict"
+        )
 
     async def evalsha(
         self,
@@ -71,9 +77,13 @@ class ScriptLane:
         """
         batch = self._batch
         if batch is not None:  # another call of this turn leads: ride along
-            call = _Call(sha, source, keys, args)
-            batch.append(call)
-            return await call.future
+            future = asyncio.get_running_loop().create_future()
+            batch.append(_Call(sha, source, keys, args, future))
+            return await future
+        if not self._alone and not self._running:
+            # Nothing in flight: this call starts a burst, if any, and need not wait for
+            # the rest of it (they follow it as one pipeline).
+            return await self._one(sha, source, keys, args)
         batch = self._batch = []
         try:
             await asyncio.sleep(0)  # let the other calls of this turn join
@@ -85,10 +95,10 @@ class ScriptLane:
         self._batch = None
         if not batch:
             return await self._one(sha, source, keys, args)
-        call = _Call(sha, source, keys, args)
-        batch.insert(0, call)
+        future = asyncio.get_running_loop().create_future()
+        batch.insert(0, _Call(sha, source, keys, args, future))
         self._spawn(batch)
-        return await call.future
+        return await future
 
     async def _one(
         self,
@@ -97,12 +107,14 @@ class ScriptLane:
         keys: Sequence[str],
         args: Sequence[str | int | bytes],
     ) -> Any:
-        client = self.client
+        self._alone += 1
         try:
-            return await client.evalsha(sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await client.script_load(source)
-            return await client.evalsha(sha, len(keys), *keys, *args)
+            (reply,) = await self._run([_Call(sha, source, keys, args)])
+        finally:
+            self._alone -= 1
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     def _spawn(self, batch: list[_Call]) -> None:
         # The batch runs in a task of its own, so a caller cancelled while waiting leaves
@@ -113,40 +125,67 @@ class ScriptLane:
 
     async def _pipeline(self, batch: list[_Call]) -> None:
         try:
-            replies = await self._execute(batch)
+            replies = await self._run(batch)
         except BaseException as exc:
             # Cancelled by aclose(): the callers' calls fail as on a closed connection.
-            error = exc if isinstance(exc, Exception) else ConnectionError("Script lane closed")
+            error = exc if isinstance(exc, Exception) else RedisConnectionError("Lane closed")
             for call in batch:
-                if not call.future.done():
+                if call.future is not None and not call.future.done():
                     call.future.set_exception(error)
             if not isinstance(exc, Exception):
                 raise
             return
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if missing:
-            # A flushed script: load each once, then run its calls again, in order.
-            try:
-                for source in {batch[i].sha: batch[i].source for i in missing}.values():
-                    await self.client.script_load(source)
-                again = await self._execute([batch[i] for i in missing])
-            except Exception as exc:
-                again = [exc] * len(missing)
-            for i, reply in zip(missing, again, strict=True):
-                replies[i] = reply
         for call, reply in zip(batch, replies, strict=True):
-            if call.future.done():
+            if call.future is None or call.future.done():
                 continue  # its caller was cancelled: the reply is dropped
             if isinstance(reply, Exception):
                 call.future.set_exception(reply)
             else:
                 call.future.set_result(reply)
 
-    async def _execute(self, batch: list[_Call]) -> list[Any]:
-        async with self.client.pipeline(transaction=False) as pipe:
-            for call in batch:
-                pipe.evalsha(call.sha, len(call.keys), *call.keys, *call.args)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
+    async def _run(self, calls: list[_Call]) -> list[Any]:
+        """Each call's reply or error reply; a script Redis does not know (NOSCRIPT, e.g.
+        after a restart or ``SCRIPT FLUSH``) is loaded once and its calls run again."""
+        replies = await self._execute(calls)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            for source in {calls[i].sha: calls[i].source for i in missing}.values():
+                await self.client.script_load(source)
+            again = await self._execute([calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _execute(self, calls: list[_Call]) -> list[Any]:
+        """Send ``calls`` in one write on one pooled connection and read their replies, as
+        redis-py's own pipeline does; tried again on a new connection under the pool's
+        retry policy when the connection fails or times out."""
+        pool = self.client.connection_pool
+        connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            replies: list[Any] = await connection.retry.call_with_retry(
+                lambda: self._exchange(connection, calls),
+                lambda _error: connection.disconnect(),
+            )
+            return replies
+        finally:
+            await pool.release(connection)
+
+    async def _exchange(self, connection: AbstractConnection, calls: list[_Call]) -> list[Any]:
+        commands = [("EVALSHA", c.sha, len(c.keys), *c.keys, *c.args) for c in calls]
+        if self._hiredis:
+            # The same bytes redis-py packs (utf-8, strict), packed in C.
+            # (hiredis's stub types its argument as a one-element tuple)
+            packed: bytes | list[bytes] = b"".join(map(hiredis.pack_command, commands))  # type: ignore[arg-type]
+        else:
+            packed = connection.pack_commands(commands)
+        await connection.send_packed_command(packed)
+        replies: list[Any] = []
+        for _ in calls:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as error:  # the connection stays aligned: read on
+                replies.append(error)
         return replies
 
     async def aclose(self) -> None:
