@@ -1,17 +1,17 @@
 """The script lane: concurrent script calls from one process pipelined automatically.
 
 A send awaited one by one is a round trip; fifty sends awaited at once need not be fifty.
-Like ioredis's auto-pipelining, the lane gathers calls made in one turn of the event loop:
-a call made while none is in flight goes straight to redis-py (``EVALSHA``), so a send
-awaited one by one waits for nothing; calls made while others are in flight wait for the
-end of their turn and go to Redis as one ``pipeline(transaction=False)``, one write and
-one read for all of them, and each caller gets its own reply or error.
+Like ioredis's auto-pipelining: a call made while none is in flight goes to Redis at once;
+calls made while others are in flight wait for the end of their event-loop turn and go
+out together, one write and one read on one pooled connection, and each caller gets its
+own reply or error.  That is what redis-py's ``pipeline(transaction=False)`` does, through
+the same public connection methods (``send_packed_command``, ``read_response``), without
+its per-command bookkeeping; the ``EVALSHA`` commands are packed by hiredis.
 
-Everything else is redis-py's, through its public API, so the two cannot disagree: the
-connection (TCP, TLS, unix sockets, credentials, SELECT, the client name), the retry
-policy after a lost connection, ``socket_timeout`` and the error classes.  A script
-unknown to Redis (after a restart or ``SCRIPT FLUSH``) is loaded and its call run again.
-"""
+Everything else is redis-py's, so the two cannot disagree: the pool and its connections
+(TCP, TLS, unix sockets, credentials, SELECT, the client name), the retry policy after a
+lost connection, ``socket_timeout`` and the error classes.  A script unknown to Redis
+(after a restart or ``SCRIPT FLUSH``) is loaded and its calls run again."""
 
 from __future__ import annotations
 

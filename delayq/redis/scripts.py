@@ -89,8 +89,7 @@ class Scripts:
         client: runs the scripts.
         lane: optionally, a :class:`~delayq.redis.lane.ScriptLane` to the same Redis, which then
             runs every call but durable sends (their ``WAIT`` blocks the connection it runs
-            on, so they go through ``client``): a round trip through it costs the client a
-            fraction of redis-py's per-command work.
+            on, so they go through ``client``): concurrent calls through it are pipelined.
     """
 
     def __init__(self, client: Redis, lane: ScriptLane | None = None) -> None:
