@@ -124,8 +124,10 @@ class Queue(HandlerRegistry, TopicControls, TaskManagement):
         ``socket_connect_timeout``; pooled calls wait longer by the durability timeout)
         fails the command with ``RedisUnavailableError``, without a retry; and at most
         ``max_connections`` (100) pooled connections are opened, more concurrent calls
-        waiting up to ``timeout`` (10 s) for a free one.  Script calls made in the same
-        turn of the event loop go to Redis as one pipeline (:mod:`delayq.redis.lane`).
+        waiting up to ``timeout`` (10 s) for a free one.  Script calls are pipelined
+        automatically (:mod:`delayq.redis.lane`): one made while none is in flight goes at
+        once on one more connection, and those made meanwhile go out together at the end
+        of their event-loop turn.
 
         ``cluster=True``: ``url`` is any node of a Redis Cluster (docs/cluster.md); the
         queue uses ``redis.asyncio.RedisCluster`` (no script lane) and retries scripts that a

@@ -53,16 +53,20 @@ async def connections_received(client: redis.asyncio.Redis) -> int:
     return int(info["total_connections_received"])
 
 
-async def test_calls_of_one_turn_share_one_connection_and_get_their_own_replies(
-    make_lane: Callable[..., ScriptLane], redis_url: str, redis_client: redis.asyncio.Redis
+async def test_calls_made_together_share_two_connections_and_get_their_own_replies(
+    make_lane: Callable[..., ScriptLane],
+    redis_url: str,
+    redis_client: redis.asyncio.Redis,
+    queue_name: str,
 ) -> None:
-    lane = make_lane(redis_url)
-    before = await connections_received(redis_client)
-    # 300 calls at once: the first at once, the other 299 as one pipeline behind it; sent
-    # one by one on the pool, they would open up to its 100 connections.
+    lane = make_lane(redis_url, client_name=queue_name)
+    assert await echo(lane, "warm") == b"warm"
+    # 300 calls at once: the first on the lane's own connection, the other 299 as one
+    # pipeline on a pooled one; sent one by one on the pool, they would open up to its 100.
     replies = await asyncio.gather(*(echo(lane, f"v{i}") for i in range(300)))
     assert replies == [f"v{i}".encode() for i in range(300)]
-    assert await connections_received(redis_client) - before == 2
+    names = [c["name"] for c in await redis_client.client_list()]
+    assert names.count(queue_name) == 2
 
 
 async def test_pipelined_calls_from_many_turns_keep_their_replies(
@@ -133,8 +137,8 @@ async def test_the_lane_uses_the_pools_database_name_and_decoding(
     finally:
         await in_five.aclose()
     assert await redis_client.get(queue_name) is None
-    names = [c["name"] for c in await redis_client.client_list()]
-    assert names.count(queue_name) == 1
+    lanes = [c for c in await redis_client.client_list() if c["name"] == queue_name]
+    assert lanes and all(c["db"] == "5" for c in lanes)
 
 
 async def test_a_call_is_retried_on_a_new_connection_after_a_redis_restart(
@@ -182,14 +186,12 @@ async def test_closing_fails_pipelined_calls_in_flight_and_a_later_call_works(
     lane = make_lane(redis_url, retry=Retry(NoBackoff(), 0))
     assert await echo(lane, "warm") == b"warm"
     await redis_client.execute_command("CLIENT", "PAUSE", 300, "ALL")
-    # The first call goes alone (its caller's own await), the others as a pipeline.
+    # The first call goes alone on the lane's connection, the others as a pipeline.
     calls = (echo(lane, "alone"), echo(lane, "cut 1"), echo(lane, "cut 2"))
     in_flight = asyncio.gather(*calls, return_exceptions=True)
     await asyncio.sleep(0.05)
     await lane.aclose()
-    replies = await in_flight
-    assert replies[0] == b"alone"
-    assert [type(e) for e in replies[1:]] == [RedisConnectionError, RedisConnectionError]
+    assert [type(e) for e in await in_flight] == [RedisConnectionError] * 3
     assert await echo(lane, "again") == b"again"
 
 
@@ -234,3 +236,4 @@ async def test_queue_errors_from_the_lane_are_translated(
         finally:
             await redis_client.config_set("maxmemory", 0)
         assert await queue.send("t", {"after": True}, task_id="after") == "after"
+

@@ -1,12 +1,13 @@
 """The script lane: concurrent script calls from one process pipelined automatically.
 
 A send awaited one by one is a round trip; fifty sends awaited at once need not be fifty.
-Like ioredis's auto-pipelining: a call made while none is in flight goes to Redis at once;
-calls made while others are in flight wait for the end of their event-loop turn and go
-out together, one write and one read on one pooled connection, and each caller gets its
-own reply or error.  That is what redis-py's ``pipeline(transaction=False)`` does, through
-the same public connection methods (``send_packed_command``, ``read_response``), without
-its per-command bookkeeping; the ``EVALSHA`` commands are packed by hiredis.
+Like ioredis's auto-pipelining: a call made while none is in flight goes to Redis at once,
+on a connection the lane holds; calls made while others are in flight wait for the end of
+their event-loop turn and go out together, one write and one read on one pooled
+connection, and each caller gets its own reply or error.  That is what redis-py's
+``pipeline(transaction=False)`` does, through the same public connection methods
+(``send_packed_command``, ``read_response``), without its per-command bookkeeping; the
+``EVALSHA`` commands are packed by hiredis.
 
 Everything else is redis-py's, so the two cannot disagree: the pool and its connections
 (TCP, TLS, unix sockets, credentials, SELECT, the client name), the retry policy after a
@@ -53,6 +54,10 @@ class ScriptLane:
         self._batch: list[_Call] | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._alone = 0  # lone calls in flight
+        # The connection of calls made while none is in flight: outside the pool, since
+        # borrowing a pooled one costs a call as much as the rest of its client work.
+        self._held: AbstractConnection | None = None
+        self._held_loop: asyncio.AbstractEventLoop | None = None
         settings = client.connection_pool.connection_kwargs
         self._hiredis = (
             settings.get("encoding", "utf-8") == "utf-8"
@@ -83,7 +88,7 @@ class ScriptLane:
         if not self._alone and not self._running:
             # Nothing in flight: this call starts a burst, if any, and need not wait for
             # the rest of it (they follow it as one pipeline).
-            return await self._one(sha, source, keys, args)
+            return await self._one(sha, source, keys, args, held=True)
         batch = self._batch = []
         try:
             await asyncio.sleep(0)  # let the other calls of this turn join
@@ -106,10 +111,12 @@ class ScriptLane:
         source: str | bytes | memoryview,
         keys: Sequence[str],
         args: Sequence[str | int | bytes],
+        *,
+        held: bool = False,
     ) -> Any:
         self._alone += 1
         try:
-            (reply,) = await self._run([_Call(sha, source, keys, args)])
+            (reply,) = await self._run([_Call(sha, source, keys, args)], held=held)
         finally:
             self._alone -= 1
         if isinstance(reply, Exception):
@@ -143,10 +150,10 @@ class ScriptLane:
             else:
                 call.future.set_result(reply)
 
-    async def _run(self, calls: list[_Call]) -> list[Any]:
+    async def _run(self, calls: list[_Call], *, held: bool = False) -> list[Any]:
         """Each call's reply or error reply; a script Redis does not know (NOSCRIPT, e.g.
         after a restart or ``SCRIPT FLUSH``) is loaded once and its calls run again."""
-        replies = await self._execute(calls)
+        replies = await self._execute(calls, held=held)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             for source in {calls[i].sha: calls[i].source for i in missing}.values():
@@ -156,20 +163,35 @@ class ScriptLane:
                 replies[i] = reply
         return replies
 
-    async def _execute(self, calls: list[_Call]) -> list[Any]:
-        """Send ``calls`` in one write on one pooled connection and read their replies, as
-        redis-py's own pipeline does; tried again on a new connection under the pool's
-        retry policy when the connection fails or times out."""
+    async def _execute(self, calls: list[_Call], *, held: bool = False) -> list[Any]:
+        """Send ``calls`` in one write on one connection (the held one, else a pooled one)
+        and read their replies, as redis-py's own pipeline does; tried again on a new
+        connection under the pool's retry policy when the connection fails or times out."""
         pool = self.client.connection_pool
+        if held:
+            return await self._exchange_retried(self._held_connection(), calls)
         connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
-            replies: list[Any] = await connection.retry.call_with_retry(
-                lambda: self._exchange(connection, calls),
-                lambda _error: connection.disconnect(),
-            )
-            return replies
+            return await self._exchange_retried(connection, calls)
         finally:
             await pool.release(connection)
+
+    def _held_connection(self) -> AbstractConnection:
+        loop = asyncio.get_running_loop()
+        if self._held is None or self._held_loop is not loop:
+            # (a connection serves only the event loop it was opened in)
+            self._held = self.client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+            self._held_loop = loop
+        return self._held
+
+    async def _exchange_retried(
+        self, connection: AbstractConnection, calls: list[_Call]
+    ) -> list[Any]:
+        replies: list[Any] = await connection.retry.call_with_retry(
+            lambda: self._exchange(connection, calls),
+            lambda _error: connection.disconnect(),
+        )
+        return replies
 
     async def _exchange(self, connection: AbstractConnection, calls: list[_Call]) -> list[Any]:
         commands = [("EVALSHA", c.sha, len(c.keys), *c.keys, *c.args) for c in calls]
@@ -189,10 +211,14 @@ class ScriptLane:
         return replies
 
     async def aclose(self) -> None:
-        """Cancel the batches in flight and, if the lane owns its client, close it."""
+        """Cancel the batches in flight, close the held connection and, if the lane owns
+        its client, close it."""
         for task in list(self._running):
             task.cancel()
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
+        held, self._held = self._held, None
+        if held is not None and self._held_loop is asyncio.get_running_loop():
+            await held.disconnect()
         if self._owned:
             await self.client.aclose()
