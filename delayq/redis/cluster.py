@@ -59,17 +59,19 @@ def is_cluster(client: object) -> TypeGuard[RedisCluster]:
     return isinstance(client, RedisCluster)
 
 
-_REDIS_PY_CONNECTIONS = (
-    str(Path(redis.__file__).parent / "asyncio" / "connection.py"),
-    str(Path(redis.__file__).parent / "_parsers"),
+_REDIS_PY = Path(redis.__file__).parent
+_REDIS_PY_CONNECTIONS = tuple(
+    str(_REDIS_PY / part) for part in ("asyncio/connection.py", "asyncio/cluster.py", "_parsers")
 )
+"""Where redis-py's race raises: its asyncio connections, cluster client and parsers."""
 
 
 def is_disconnect_race(exc: BaseException) -> bool:
     """Whether ``exc`` is redis-py's cluster race: a connection handed out while another
     call disconnects it, so the command fails unsent on a stream or parser state that is
-    gone.  Only an ``AttributeError`` raised inside redis-py's asyncio connection or parser
-    code, on one of redis-py's objects or ``None``, is one; delayq's own bugs are not."""
+    gone.  Only an ``AttributeError`` raised inside redis-py's asyncio connection, cluster
+    or parser code, on one of redis-py's objects or ``None``, is one; delayq's own bugs are
+    not."""
     if not isinstance(exc, AttributeError):
         return False
     owner = exc.obj
