@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,6 +60,7 @@ class ScriptLane:
         self._held: AbstractConnection | None = None
         self._held_loop: asyncio.AbstractEventLoop | None = None
         settings = client.connection_pool.connection_kwargs
+        self._silence: float | None = settings.get("socket_timeout")
         self._hiredis = (
             settings.get("encoding", "utf-8") == "utf-8"
             and settings.get("encoding_errors", "strict") == "strict"
@@ -169,7 +171,7 @@ class ScriptLane:
         connection under the pool's retry policy when the connection fails or times out."""
         pool = self.client.connection_pool
         if held:
-            return await self._exchange_retried(self._held_connection(), calls)
+            return await self._exchange_retried(self._held_connection(), calls, self._silence)
         connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             return await self._exchange_retried(connection, calls)
@@ -179,17 +181,32 @@ class ScriptLane:
     def _held_connection(self) -> AbstractConnection:
         loop = asyncio.get_running_loop()
         if self._held is None or self._held_loop is not loop:
-            # (a connection serves only the event loop it was opened in)
-            self._held = self.client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+            # (a connection serves only the event loop it was opened in)  Its socket_timeout
+            # is kept by the lane, one timer per call: redis-py's times each write with
+            # asyncio.wait_for, a Task per command on Python 3.11.
+            pool = self.client.connection_pool
+            settings = {**pool.connection_kwargs, "socket_timeout": None}
+            self._held = pool.connection_class(**settings)
             self._held_loop = loop
         return self._held
 
     async def _exchange_retried(
-        self, connection: AbstractConnection, calls: list[_Call]
+        self, connection: AbstractConnection, calls: list[_Call], silence: float | None = None
     ) -> list[Any]:
+        async def exchange() -> list[Any]:
+            if not silence:
+                return await self._exchange(connection, calls)
+            try:
+                async with asyncio.timeout(silence):
+                    return await self._exchange(connection, calls)
+            except TimeoutError:
+                # As redis-py: the connection, cut short, is closed (read_response already
+                # did when the timer cancelled it), and the call fails with its TimeoutError.
+                await connection.disconnect(nowait=True)
+                raise RedisTimeoutError("Timeout reading from socket") from None
+
         replies: list[Any] = await connection.retry.call_with_retry(
-            lambda: self._exchange(connection, calls),
-            lambda _error: connection.disconnect(),
+            exchange, lambda _error: connection.disconnect()
         )
         return replies
 
