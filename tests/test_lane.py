@@ -236,4 +236,3 @@ async def test_queue_errors_from_the_lane_are_translated(
         finally:
             await redis_client.config_set("maxmemory", 0)
         assert await queue.send("t", {"after": True}, task_id="after") == "after"
-
