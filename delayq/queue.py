@@ -119,9 +119,10 @@ class Queue:
         ``socket_connect_timeout``; pooled calls wait longer by the durability timeout)
         fails the command with ``RedisUnavailableError``, without a retry; and at most
         ``max_connections`` (100) pooled connections are opened, more concurrent calls
-        waiting up to ``timeout`` (10 s) for a free one.  One more
-        connection, opened with the same settings and retried under the same policy,
-        carries the script calls (:mod:`delayq.redis.lane`); durable sends use the pool.
+        waiting up to ``timeout`` (10 s) for a free one.  Script calls are pipelined
+        automatically (:mod:`delayq.redis.lane`): one made while none is in flight goes at
+        once on one more connection, and those made meanwhile go out together at the end
+        of their event-loop turn.
 
         ``cluster=True``: ``url`` is any node of a Redis Cluster (docs/cluster.md); the
         queue uses ``redis.asyncio.RedisCluster`` (no script lane) and retries scripts that a

@@ -242,7 +242,12 @@ class Archiver:
         return _Connecting(self)
 
     def _unreachable(self, exc: BaseException) -> DestinationUnreachable:
-        return DestinationUnreachable(f"archive destination {self.name} failed: {_reason(exc)}")
+        return unreachable(self.name, exc)
+
+
+def unreachable(destination: str, exc: BaseException) -> DestinationUnreachable:
+    """The error for a destination that failed, naming it and the database's reason."""
+    return DestinationUnreachable(f"archive destination {destination} failed: {_reason(exc)}")
 
 
 class _Connecting:
@@ -257,7 +262,7 @@ class _Connecting:
         try:
             self._connection = await self._archiver.engine.connect()
         except (SQLAlchemyError, OSError) as exc:
-            raise self._archiver._unreachable(exc) from exc
+            raise unreachable(self._archiver.name, exc) from exc
         return self._connection
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -82,8 +82,7 @@ class Scripts:
         client: runs the scripts.
         lane: optionally, a :class:`~delayq.redis.lane.ScriptLane` to the same Redis, which then
             runs every call but durable sends (their ``WAIT`` blocks the connection it runs
-            on, so they go through ``client``): a round trip through it costs the client a
-            fraction of redis-py's per-command work.
+            on, so they go through ``client``): concurrent calls through it are pipelined.
     """
 
     def __init__(self, client: Redis, lane: ScriptLane | None = None) -> None:
@@ -123,7 +122,8 @@ class Scripts:
 
     async def _retry(self, call: Callable[[], Awaitable[Any]], exc: Exception) -> Any:
         """On a cluster: repeat ``call`` while slots move or a master is replaced.  Raises
-        ``exc`` (or the last error) as delayq's error; ``AttributeError`` as it is."""
+        ``exc`` (or the last error) as delayq's error; an ``AttributeError`` that is not
+        redis-py's race (:func:`~delayq.redis.cluster.is_disconnect_race`) as it is."""
         return await after_failure(self._cluster, call, exc)
 
     async def _write(
