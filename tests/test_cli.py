@@ -16,6 +16,7 @@ import redis.asyncio
 
 from delayq import Backoff, Queue, Task
 from delayq.cli import main
+from delayq.testing import free_port
 from tests.apps.records import handled
 from tests.apps.runner import (
     APP,
@@ -27,7 +28,6 @@ from tests.apps.runner import (
     script_command,
 )
 from tests.fixtures_delayq import StartWorker
-from tests.redis_server import free_port
 
 Command = Callable[..., list[str]]
 COMMANDS: dict[str, Command] = {"module": module_command, "script": script_command}

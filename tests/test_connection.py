@@ -23,8 +23,8 @@ from delayq.redis.connection import (
     connection_pool,
     with_fast_paths,
 )
+from delayq.testing import PrivateRedis
 from tests.helpers import schedule_entries
-from tests.redis_server import RedisServer
 
 COMMANDS: list[tuple[object, ...]] = [
     ("EVALSHA", "a" * 40, 4, "delayq:{q:t}:schedule", b"\x00\xff body", -1, 0, 2**70),
@@ -75,7 +75,7 @@ async def tasks_created_by(work: Callable[[], Awaitable[None]]) -> int:
 
 @pytest.mark.parametrize("fast", [True, False], ids=["fast", "redis-py"])
 async def test_a_write_the_kernel_takes_at_once_runs_no_task(
-    redis_server: RedisServer, fast: bool
+    redis_server: PrivateRedis, fast: bool
 ) -> None:
     """redis-py times each write with asyncio.wait_for, a Task per command on Python 3.11;
     the fast path arms no timer for a write that cannot block (the redis-py case shows that
@@ -97,7 +97,7 @@ async def test_a_write_the_kernel_takes_at_once_runs_no_task(
 
 
 async def test_a_blocked_write_times_out_and_closes_the_connection(
-    make_redis_server: Callable[..., RedisServer],
+    make_redis_server: Callable[..., PrivateRedis],
 ) -> None:
     """A write the frozen server does not read fills the socket buffers; socket_timeout
     then fails it as redis-py would, and the connection is closed, not left half-written."""

@@ -21,7 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from delayq import Queue, RedisOutOfMemoryError
 from delayq.redis.connection import connection_pool, open_clients
 from delayq.redis.lane import ScriptLane, lane_supported
-from tests.redis_server import RedisServer
+from delayq.testing import PrivateRedis
 
 ECHO = "return ARGV[1]"
 ECHO_SHA = hashlib.sha1(ECHO.encode()).hexdigest()
@@ -91,7 +91,7 @@ async def test_error_replies_are_redis_py_exceptions(
 
 async def test_the_lane_uses_the_pools_database_name_and_decoding(
     make_lane: Callable[..., ScriptLane],
-    redis_server: RedisServer,
+    redis_server: PrivateRedis,
     redis_client: redis.asyncio.Redis,
     queue_name: str,
 ) -> None:
@@ -113,7 +113,7 @@ async def test_the_lane_uses_the_pools_database_name_and_decoding(
 
 
 async def test_a_call_is_retried_on_a_new_connection_after_a_redis_restart(
-    make_lane: Callable[..., ScriptLane], make_redis_server: Callable[..., RedisServer]
+    make_lane: Callable[..., ScriptLane], make_redis_server: Callable[..., PrivateRedis]
 ) -> None:
     server = make_redis_server()
     lane = make_lane(server.url)  # delayq's default policy: one retry, no backoff
@@ -167,7 +167,7 @@ async def test_closing_fails_calls_in_flight_and_a_later_call_reconnects(
 
 
 async def test_a_redis_that_is_down_fails_the_call(
-    make_lane: Callable[..., ScriptLane], make_redis_server: Callable[..., RedisServer]
+    make_lane: Callable[..., ScriptLane], make_redis_server: Callable[..., PrivateRedis]
 ) -> None:
     server = make_redis_server()
     lane = make_lane(server.url)
@@ -186,7 +186,7 @@ def test_settings_the_lane_cannot_honour_leave_scripts_on_the_pool(redis_url: st
 
 
 async def test_queue_errors_from_the_lane_are_translated(
-    redis_server: RedisServer, queue_name: str, redis_client: redis.asyncio.Redis
+    redis_server: PrivateRedis, queue_name: str, redis_client: redis.asyncio.Redis
 ) -> None:
     async with Queue.from_url(redis_server.url, name=queue_name) as queue:
         await queue.send("t", {"warm": True})

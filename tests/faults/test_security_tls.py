@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from delayq import RedisUnavailableError
+from delayq.testing import PrivateRedis, PrivateRedisError, free_port
 from tests.faults.checker import assert_no_loss, check, read_log
 from tests.faults.harness import Producer, wait_until
-from tests.redis_server import RedisServer, RedisServerError, free_port
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def tls_server(make_redis_server, certificate) -> tuple[RedisServer, int, Path]:
+def tls_server(make_redis_server, certificate) -> tuple[PrivateRedis, int, Path]:
     """(server, TLS port, CA file): the plain port stays open for the test's admin client."""
     cert, key = certificate
     port = free_port()
@@ -47,7 +47,7 @@ def tls_server(make_redis_server, certificate) -> tuple[RedisServer, int, Path]:
             "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"]  # fmt: skip
     try:
         server = make_redis_server(extra_args=args)
-    except RedisServerError as exc:
+    except PrivateRedisError as exc:
         if "TLS" in str(exc) or "tls" in str(exc):
             pytest.skip(f"this redis-server has no TLS support: {str(exc)[-300:]}")
         raise

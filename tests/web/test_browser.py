@@ -19,8 +19,8 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from delayq import Queue
+from delayq.testing import PrivateRedis
 from tests.fixtures_delayq import StartWorker
-from tests.redis_server import RedisServer
 from tests.web.conftest import TOKENS
 from tests.web.server import WebServer
 
@@ -48,7 +48,7 @@ async def browser() -> AsyncIterator[Browser]:
 
 
 @pytest.fixture
-def web(queue: Queue, redis_server: RedisServer, tmp_path: Path) -> Iterator[WebServer]:
+def web(queue: Queue, redis_server: PrivateRedis, tmp_path: Path) -> Iterator[WebServer]:
     with WebServer(redis_server.url, queue.name, tmp_path) as server:
         yield server
 

@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.redis_server import RedisServer
+from delayq.testing import PrivateRedis
 from tests.web.conftest import TOKENS
 from tests.web.server import ROOT, WebServer
 
@@ -32,7 +32,7 @@ def call(
 
 
 def test_the_app_form_shares_the_topics_options(
-    redis_server: RedisServer, queue_name: str, tmp_path: Path
+    redis_server: PrivateRedis, queue_name: str, tmp_path: Path
 ) -> None:
     with WebServer(redis_server.url, queue_name, tmp_path, app="tests.apps.counting:queue") as web:
         status, sent = call(
@@ -51,7 +51,7 @@ def test_the_app_form_shares_the_topics_options(
     assert "Traceback" not in web.log.read_text()
 
 
-def test_a_missing_token_file_is_a_clear_error(tmp_path: Path, redis_server: RedisServer) -> None:
+def test_a_missing_token_file_is_a_clear_error(tmp_path: Path, redis_server: PrivateRedis) -> None:
     done = subprocess.run(  # noqa: PLW1510  (the return code is the point)
         [sys.executable, "-m", "delayq", "web", "--url", redis_server.url,
          "--token-file", str(tmp_path / "nope")],
