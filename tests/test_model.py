@@ -57,6 +57,8 @@ from tests.helpers import (
     schedule_entries,
 )
 
+pytestmark = pytest.mark.slow  # the Hypothesis model test: the slow tier
+
 T = TypeVar("T")
 Key = tuple[str, str]  # (topic, task id)
 

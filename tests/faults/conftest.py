@@ -22,6 +22,16 @@ from tests.helpers import RECOUNT
 SpawnWorker = Callable[..., WorkerProc]
 
 
+FAULTS_DIR = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/faults/ is in the ``faults`` tier (left out by ``--quick``)."""
+    for item in items:
+        if item.path.is_relative_to(FAULTS_DIR):
+            item.add_marker(pytest.mark.faults)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "no_recount(reason): the scenario leaves no topic to recount (say why)"

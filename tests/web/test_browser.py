@@ -30,11 +30,14 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 SCREENSHOTS = os.environ.get("DELAYQ_WEB_SCREENSHOTS")
 WAIT_MS = 20_000  # generous: the box is shared; every wait ends as soon as its condition holds
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason="browser tests need Debian's chromium at /usr/bin/chromium "
-    "(apt-get install chromium; scripts/_env.sh does it as root)",
-)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="browser tests need Debian's chromium at /usr/bin/chromium "
+        "(apt-get install chromium; scripts/_env.sh does it as root)",
+    ),
+]
 
 
 @pytest.fixture

@@ -20,6 +20,8 @@ from delayq.web import create_app
 from tests.web.conftest import auth, tokens
 from tests.web.server import WebServer
 
+pytestmark = pytest.mark.slow  # fuzzing: the slow tier
+
 
 @pytest.fixture(scope="module")
 def web_server(
