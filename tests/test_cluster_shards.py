@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from delayq import Queue, ShardCountError, Task
-from tests.test_shards import ids_in, wait_for
+from tests.helpers import wait_for
+from tests.test_shards import ids_in
 
 TOPIC = "order.close"
 SHARDS = 12

@@ -31,8 +31,9 @@ from typing import Any
 from delayq import Queue
 from delayq.testing import PrivateRedis
 from tests.faults.checker import check, read_log
-from tests.faults.harness import Producer, WorkerProc, wait_until
+from tests.faults.harness import Producer, WorkerProc
 from tests.faults.proxy import FaultProxy
+from tests.helpers import wait_for
 
 TTR = 3.0
 
@@ -127,7 +128,7 @@ class Soak:
         self.proxy.disarm()
         print("draining...", flush=True)
         with contextlib.suppress(AssertionError):
-            await wait_until(
+            await wait_for(
                 lambda: (
                     producer.returned
                     <= {d.task_id for d in read_log(self.log_dir) if d.event == "done"}

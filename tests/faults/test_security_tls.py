@@ -20,7 +20,8 @@ import pytest
 from delayq import RedisUnavailableError
 from delayq.testing import PrivateRedis, PrivateRedisError, free_port
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import Producer, wait_until
+from tests.faults.harness import Producer
+from tests.helpers import wait_for
 
 
 @pytest.fixture
@@ -66,7 +67,7 @@ async def test_tls_end_to_end(tls_server, spawn_worker, make_queue, log_dir, rec
     await queue.send_delayed("work", {}, 60, task_id="tls-cancel")
     assert (await queue.get("work", "tls-cancel")).state == "delayed"  # type: ignore[union-attr]
     assert await queue.cancel("work", "tls-cancel")
-    await wait_until(
+    await wait_for(
         lambda: producer.returned <= {d.task_id for d in read_log(log_dir) if d.event == "done"},
         10,
         "every task delivered over TLS",
