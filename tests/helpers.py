@@ -62,6 +62,17 @@ async def redis_now_ms(redis: redis.asyncio.Redis) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
+async def redis_time_passes(redis: redis.asyncio.Redis, ms: int, timeout: float = 10.0) -> None:
+    """Wait until Redis's clock is ``ms`` milliseconds past what it reads now: a lease or a
+    due time measured by Redis (delayq's only clock) has then run out."""
+    until = await redis_now_ms(redis) + ms
+
+    async def passed() -> bool:
+        return await redis_now_ms(redis) > until
+
+    await wait_for(passed, timeout, f"Redis's clock to pass {until} ms")
+
+
 async def stored(queue: Queue, topic: str, task_id: str) -> TaskInfo:
     """``queue.get`` for a task the test knows exists."""
     info = await queue.get(topic, task_id)
