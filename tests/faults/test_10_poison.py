@@ -25,7 +25,7 @@ from delayq.redis.scripts import lua_source, waiting_keys
 from tests.faults.apps.plan import OTHER_TOPIC, TYPED_TOPIC, WORK_TOPIC, install
 from tests.faults.checker import assert_no_loss, check, read_log
 from tests.faults.harness import Producer, consistency_problems
-from tests.helpers import wait_for
+from tests.helpers import redis_time_passes, wait_for
 
 
 def _envelope(body: bytes, attempts: int = 0, ms: int = 0) -> bytes:
@@ -186,7 +186,7 @@ async def test_10_key_of_the_wrong_type(
     await queue.scripts.reserve(keys, limit=2, reclaim=10, ttr_ms=1, max_attempts=50)
     admin = server.client()
     _plant(admin, queue, WORK_TOPIC, "corrupt", b"1,2,3")  # must be buried
-    await asyncio.sleep(0.01)
+    await redis_time_passes(queue.redis, 1)  # the two leases have run out
     victim_key = _victim_key(admin, queue, key, victims)
 
     admin.delete(victim_key)
