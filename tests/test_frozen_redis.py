@@ -25,6 +25,8 @@ from delayq.redis.wakeup import HEARTBEAT
 from delayq.testing import PrivateRedis
 from tests.fixtures_delayq import StartWorker
 
+pytestmark = pytest.mark.faults  # a frozen (SIGSTOP) Redis: the faults tier
+
 NOTICED_WITHIN = SILENCE_TIMEOUT + 2.0  # one timeout, not two, plus room for a loaded box
 
 

@@ -19,6 +19,8 @@ from tests.apps.records import handled
 from tests.apps.runner import APP, Spawner, app_env, module_command
 from tests.helpers import wait_for
 
+pytestmark = pytest.mark.faults  # a worker process killed mid-run: the faults tier
+
 TASKS = 3000
 PRODUCERS = 4
 WORKERS = 3

@@ -20,6 +20,9 @@ from tests.fixtures_delayq import StartWorker
 MakeServer = Callable[..., PrivateRedis]
 
 
+pytestmark = pytest.mark.faults  # Redis killed, restarted and frozen: the faults tier
+
+
 @pytest.fixture
 def server(make_redis_server: MakeServer) -> PrivateRedis:
     return make_redis_server(appendonly=True, appendfsync="always")

@@ -21,6 +21,8 @@ from delayq.testing import PrivateRedis
 from delayq.web import create_app
 from tests.web.conftest import auth, tokens
 
+pytestmark = pytest.mark.slow  # 100,000 tasks written and read: the slow tier
+
 R = auth("read")
 OVERVIEW = ["stats?offset=0&limit=50&prefix="]
 TOPIC = [
