@@ -30,7 +30,6 @@ import uuid
 from typing import Any
 
 from delayq import Queue
-from delayq.redis.scripts import Scripts
 from tests.redis_cluster import RedisCluster
 from tests.redis_server import PRIMARY_ARGS, RedisServer, replica_of
 
@@ -79,7 +78,7 @@ async def _round(single: RedisServer, cluster: RedisCluster, n: int) -> dict[str
     await queue.close()
     queue = Queue.from_url(single.url, name=name + "p")
     await queue.scripts.aclose()
-    queue._use_scripts(Scripts(queue.redis))  # the pool only, as on a cluster
+    queue.scripts.use_lane(None)  # the pool only, as on a cluster
     out["single-pool"] = await _measure(queue, single, n)
     await queue.close()
     queue = Queue.from_url(cluster.url, name=name + "c", cluster=True)
