@@ -8,17 +8,15 @@
   concurrency-safe client pays per call to borrow and return a connection;
 * the same on one connection without ``socket_timeout``: redis-py 8 sets 5 s by default
   and times each write with ``asyncio.wait_for``, which runs the write as a Task of its own
-  on Python 3.11; delayq's connections arm that timer only when a write has to wait, so
-  this is the bare loop to hold delayq's enqueue against too;
-* the same on delayq's script lane (:mod:`delayq.redis.lane`: an asyncio protocol feeding
-  hiredis, the connection ``Queue.from_url`` runs its scripts on), as opened by
-  ``delayq.redis.connection.open_clients``: the floor of a one-by-one send on delayq's own
-  transport, beside redis-py's that the target is read against;
+  on Python 3.11;
+* the same on delayq's script lane (:mod:`delayq.redis.lane`: redis-py's client, calls of
+  one event-loop turn pipelined), as opened by ``delayq.redis.clients.open_clients``: the
+  floor of a one-by-one send on delayq's own path, beside redis-py's;
 * delayq's own ``queue.send_delayed`` as the enqueue scenario calls it (1 h delay, the
   20-byte payload, the topic registered so the body is validated), in the same slices as
   the bare loops: the enqueue target's ratio without the host's drift between the
-  enqueue scenario and this one; and the same with ``socket_timeout=None``, which takes
-  away the lane's watchdog, the timer that notices a frozen Redis in 2 s (what it costs);
+  enqueue scenario and this one; and the same with ``socket_timeout=None`` (what redis-py's
+  per-write timer costs);
 * sequential ``EVALSHA`` of ``return 1`` carrying ``send.lua``'s twelve keys and
   arguments, on one connection: what passing a task's arguments costs by itself (the
   asyncio client packs each argument in Python);
@@ -65,7 +63,7 @@ from redis.backoff import NoBackoff
 
 from benchmarks.common import PAYLOAD, cpu_seconds, emit, rate, stopwatch
 from delayq import Queue
-from delayq.redis.connection import open_clients
+from delayq.redis.clients import open_clients
 from delayq.redis.keys import TopicKeys
 from delayq.redis.scripts import lua_source, waiting_keys
 

@@ -1,5 +1,5 @@
 """The floors under an HTTP send, run as ``delayq web`` runs (uvicorn with httptools,
-uvloop, the same corked transport, access log off).  ``benchmarks/web.py --floor``
+uvloop, access log off).  ``benchmarks/web.py --floor``
 measures each one request at a time beside ``send_delayed``:
 
 * ``python -m benchmarks.web_floor PORT``: a server that answers ``POST .../tasks`` with a
@@ -19,8 +19,6 @@ import argparse
 from typing import Any
 
 import uvicorn
-
-from delayq.web.server import http_protocol
 
 REPLY = b'{"id":"aaaaaaaaaaaa","topic":"t","outcome":"created"}'
 START = {
@@ -80,7 +78,7 @@ def main() -> None:
     uvicorn.run(
         redis_app(args.redis, args.name) if args.redis else app, host="127.0.0.1",
         port=args.port, access_log=False, log_level="warning", lifespan="off",
-        server_header=False, http=http_protocol(),
+        server_header=False,
     )  # fmt: skip
 
 

@@ -41,7 +41,7 @@ from delayq.topic import OnConflict, Topic
 from delayq.upcoming import Timeline, TimelineWindow, UpcomingPage, UpcomingTask
 from delayq.worker import Worker
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AppImportError",

@@ -34,12 +34,22 @@ def to_seconds(value: Duration, *, name: str, allow_zero: bool = True) -> float:
             f"{name} must be seconds (int/float) or a timedelta, got {value!r}"
         )
     if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidDurationError(f"{name} must be a finite, non-negative duration, got {value!r}")
+        raise InvalidDurationError(
+            f"{name} must be a finite, non-negative duration, got {_shown(value)}"
+        )
     if seconds > MAX_SECONDS:
-        raise InvalidDurationError(f"{name} must be at most 100 years, got {value!r}")
+        raise InvalidDurationError(f"{name} must be at most 100 years, got {_shown(value)}")
     if seconds == 0 and not allow_zero:
         raise InvalidDurationError(f"{name} must be greater than zero")
     return seconds
+
+
+def _shown(value: Duration) -> str:
+    """``value`` for an error message: a timedelta in seconds, since its repr shows a negative
+    one as ``timedelta(days=-1, seconds=86395)`` for -5 s."""
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g} s"
+    return repr(value)
 
 
 def to_millis(value: Duration, *, name: str, allow_zero: bool = True) -> int:

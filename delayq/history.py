@@ -42,7 +42,8 @@ class HistoryRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     seq: int
-    """The record's number in its topic (increasing; unique: an archive's key)."""
+    """The record's number in its topic, or in its shard of a sharded topic (increasing;
+    unique there: with the shard, an archive's key)."""
     id: str
     topic: str
     outcome: Outcome
@@ -222,6 +223,14 @@ class History:
                 last = page[-1][0]
                 top = f"({last.decode() if isinstance(last, bytes) else last}"
         return found[:limit]
+
+    async def kept(self, topic: str) -> int:
+        """How many records the topic keeps, as its workers recorded it at their start (0:
+        it keeps no history, or none of its workers has started yet)."""
+        every = await self._every(topic) if self._every else [self._keys(topic)]
+        async with redis_errors():
+            raw = await self._redis.hget(every[0].meta, "history")
+        return int(raw or 0)
 
     async def activity(self, topic: str) -> list[ActivityWindow]:
         """The last hour of a topic's activity in 10 s windows, oldest first (windows in

@@ -60,10 +60,9 @@ class Queue:
         self.name, self.redis, self.topics = parts.name, parts.redis, parts.topics
         self.scripts, self.shards, self.durability = parts.scripts, parts.shards, parts.durability
         self.max_body_bytes, self.past_tolerance_ms = parts.max_body_bytes, parts.past_tolerance_ms
-        self.hooks = parts.hooks  # send hooks and event listeners for extensions (docs/api.md)
+        self.hooks, self.history = parts.hooks, parts.history  # extensions' hooks; finished tasks
         self.middlewares: list[Middleware] = []
         self.lifespan_factory: Lifespan | None = None
-        self.history = parts.history  # finished tasks and activity of a topic
         self.consumer = parts.consumer
         """Lease, ack, nack and extend tasks without a handler (:class:`~delayq.Consumer`)."""
         self.keys, self.shard_keys, self.announce = parts.keys, parts.shard_keys, parts.announce
@@ -80,11 +79,12 @@ class Queue:
             cluster: ``url`` is any node of a Redis Cluster (docs/cluster.md); a script it
                 refuses while it reconfigures is retried for up to 10 s (no script lane).
             options: ``Queue``'s, and ``redis.asyncio.Redis.from_url``'s, unset ones with
-                delayq's defaults (:mod:`delayq.redis.clients`): a script lane, a pool of 100,
+                delayq's defaults (docs/api.md): a script lane, a pool of 100,
                 one retry of a lost connection, ``RedisUnavailableError`` after 2 s of silence.
         """
         client, lane, own = open_url(url, cluster=cluster, options=options)
-        (queue := cls(client, name=name, **own))._parts.own(lane)
+        queue = cls(client, name=name, **own)
+        queue._parts.own(lane)
         return queue
 
     @classmethod
@@ -96,13 +96,15 @@ class Queue:
         through failovers (``redis.asyncio.sentinel``; no script lane).
 
         Args:
-            sentinels, service: the Sentinels' (host, port), and the monitored primary's name.
+            sentinels: (host, port) of the Sentinels.
+            service: the monitored primary's name.
             sentinel_options: the Sentinels' own connection options (``password``, ``ssl``...).
             options: ``Queue``'s options, and connection options for the primary and
                 replicas (``password``, ``username``, ``ssl``, ``socket_timeout``...).
         """
         client, own = open_sentinel(sentinels, service, dict(sentinel_options or {}), options)
-        (queue := cls(client, name=name, **own))._parts.own(None)
+        queue = cls(client, name=name, **own)
+        queue._parts.own(None)
         return queue
 
     async def close(self) -> None:
@@ -120,11 +122,8 @@ class Queue:
         backoff: Backoff | None = None, rate_limit: str | None = None, max_running: int | None = None,
     ) -> TopicDecorator:  # fmt: skip
         """Register the decorated ``async def`` handler for topic ``name`` (one per topic):
-        the decorator returns the handler's :class:`Topic` handle.
-
-        Args:
-            ttr, max_attempts, history, backoff, rate_limit, max_running, shards: the
-                topic's options, each described in :class:`~delayq.topic.TopicOptions`.
+        the decorator returns the handler's :class:`Topic` handle.  The other arguments are
+        the topic's options, each described in :class:`~delayq.topic.TopicOptions`.
 
         Raises:
             InvalidInputError: a bad name or option.
@@ -140,14 +139,16 @@ class Queue:
         catch_up: CatchUp = "latest", ttr: Duration = 30.0, max_attempts: int = 5,
         backoff: Backoff | None = None, rate_limit: str | None = None, max_running: int | None = None,
     ) -> Callable[[PeriodicHandler], Topic[None]]:  # fmt: skip
-        """Register the decorated ``async def handler(task)`` to run on a schedule, each tick
-        once across every worker (how: :class:`~delayq.ticks.PeriodicOptions`).
+        """Register the decorated ``async def handler(task)`` to run on a schedule, each tick once
+        across every worker (:class:`~delayq.ticks.PeriodicOptions`).  The options after ``catch_up``
+        are :meth:`topic`'s (``max_running=1``: a run never overlaps the previous one, on any worker).
 
         Args:
-            cron, every, tz: a cron expression in ``tz``, or an interval (:func:`~delayq.ticks.schedule`).
-            catch_up: the missed ticks to run (see :class:`~delayq.ticks.PeriodicOptions`).
-            ttr, max_attempts, backoff, rate_limit, max_running: as for :meth:`topic`
-                (``max_running=1``: a run never overlaps the previous one, on any worker).
+            cron: a cron expression (5 fields, or 6 with seconds first), evaluated in ``tz``.
+            every: or a fixed interval (ticks at its multiples since the Unix epoch).
+            tz: the IANA time zone of ``cron`` (default UTC).
+            catch_up: which ticks missed while no worker could schedule them run: ``"latest"``,
+                ``"all"`` or ``"none"`` (:class:`~delayq.ticks.PeriodicOptions`).
 
         Raises:
             InvalidScheduleError: a bad ``cron``, ``every``, ``tz`` or ``catch_up``.
@@ -207,7 +208,8 @@ class Queue:
             delay: seconds (int/float) or a timedelta, >= 0.
             task_id: your business key (generated when omitted); sending an id still delayed,
                 ready or reserved adds nothing and returns it (but see ``on_conflict``).
-            ttr, max_attempts: this task's lease length and attempt limit, overriding the topic's.
+            ttr: this task's lease length, overriding the topic's.
+            max_attempts: this task's attempt limit, overriding the topic's.
             priority: among due tasks of the topic, higher runs first (default 0).
             on_conflict: keep (default) or replace a live task with this id (:data:`~delayq.OnConflict`).
             headers: ``str -> str`` metadata for the handler (``task.headers``): 32, 4 KiB at most.
@@ -318,9 +320,8 @@ class Queue:
         return await upcoming(self.scripts, self.shards, topic, limit=limit, cursor=cursor)
 
     async def timeline(self, topic: str, *, window: Duration = 60, windows: int = 60) -> Timeline:
-        """How many tasks of ``topic`` fall due in each of the next ``windows`` (1..240)
-        windows of ``window`` seconds, and how many are due already.  Costs Redis
-        O(windows * log(tasks)); a large window is estimated (flagged)."""
+        """How many tasks of ``topic`` fall due in each of the next ``windows`` (1..240) windows of
+        ``window`` seconds, and how many are due already (Redis cost: O(windows * log(tasks))."""
         return await timeline(self.scripts, self.shards, topic, window=window, windows=windows)
 
     async def pause(self, topic: str) -> None:
@@ -331,8 +332,8 @@ class Queue:
         await self.announce([topic])  # so that stats() lists it, tasks or not
 
     async def resume(self, topic: str) -> None:
-        """Let ``topic``'s tasks be leased again after :meth:`pause`; its workers are woken
-        at once (a topic that is not paused is left as it is)."""
+        """Let ``topic``'s tasks be leased again after :meth:`pause`, its workers woken at once (a
+        topic that is not paused is left as it is)."""
         await set_controls(self.scripts, self.shards, topic, {"paused": ""})
 
     async def run_worker(

@@ -6,6 +6,9 @@ Endpoints::
     GET    /orders/{id}         the order, and its scheduled close as delayq sees it
     DELETE /orders/{id}/close   cancel the scheduled close (say, the order was paid)
 
+``install_exception_handlers`` answers delayq's errors raised in the routes as delayq's HTTP
+API does: bad input 422 naming the field, Redis unreachable 503 with ``Retry-After``.
+
 The queue's own lifespan hands the close handler the orders (``task.state``, typed by
 ``Task[OrderStore]``), and a middleware logs every attempt.  The queue is opened in the
 app's lifespan and closed with it, and an embedded worker
@@ -38,6 +41,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
 from pydantic import BaseModel, Field
 
 from delayq import CallNext, Queue, Task, TaskInfo, Topic
+from delayq.fastapi import install_exception_handlers
 
 CLOSE_TOPIC = "order.close"
 log = logging.getLogger("shop")
@@ -149,10 +153,12 @@ router = APIRouter()
 async def create_order(new: OrderIn, shop: ShopDep) -> Order:
     """Create an order and schedule its close."""
     order = Order(id=next(shop.ids), item=new.item, status="pending")
-    shop.orders[order.id] = order
+    # The close is scheduled first: if Redis is unreachable (503), no order is left
+    # without its close.
     await shop.close_order.send_delayed(
         CloseOrder(order_id=order.id), new.pay_within, task_id=close_task_id(order.id)
     )
+    shop.orders[order.id] = order
     return order
 
 
@@ -210,6 +216,7 @@ def create_app(
             await shop.queue.close()
 
     app = FastAPI(title="delayq shop example", lifespan=lifespan)
+    install_exception_handlers(app)
     app.include_router(router)
     return app
 

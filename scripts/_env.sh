@@ -212,25 +212,72 @@ delayq_ensure_chromium() {
     return 0
 }
 
-# Make sure a C compiler is on PATH: delayq.testing builds its clock shim with it (once,
-# cached) to let time pass for its private redis-server (run_due).  Installs Debian's gcc
-# when we are root, as for redis-server; fails otherwise, saying what to install.
-delayq_ensure_cc() {
-    local cc
-    for cc in "${CC:-}" cc gcc clang; do
-        if [[ -n "$cc" ]] && command -v "$cc" >/dev/null 2>&1; then
-            return 0
-        fi
-    done
-    if [[ "$EUID" -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-        _delayq_log "no C compiler (cc, gcc or clang): delayq.testing builds its clock shim"
-        _delayq_log "with one. Install it (e.g. 'sudo apt-get install gcc')."
-        return 1
+# --- release checks: the lowest dependency versions, and the built wheel ---------------------
+
+# Print the sha256 of pyproject.toml (the cache key of the virtualenvs below).
+_delayq_pyproject_sha() {
+    "$1" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' \
+        "$ROOT/pyproject.toml"
+}
+
+# Create $ROOT/.venv-lowest: each core dependency at the lower bound pyproject.toml gives it
+# (scripts/lowest_pins.py), the test tools, and delayq itself (editable, no dependencies).
+# Rebuilt only when pyproject.toml changes, like .venv.
+delayq_setup_lowest_venv() {
+    local venv="$ROOT/.venv-lowest"
+    local stamp="$venv/.delayq-pyproject.sha256"
+    local python want
+    python="$(delayq_find_python)" || return 1
+    want="$(_delayq_pyproject_sha "$python")" || return 1
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] \
+        && "$venv/bin/python" -c 'import delayq' 2>/dev/null; then
+        return 0
     fi
-    _delayq_log "no C compiler; installing Debian's gcc package (for delayq.testing's clock shim)"
-    if ! { apt-get update -qq \
-        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }; then
-        _delayq_log "apt-get install gcc failed"
-        return 1
+    _delayq_log "creating $venv (core dependencies at their lower bounds)"
+    "$python" -m venv --clear "$venv" || return 1
+    "$python" "$ROOT/scripts/lowest_pins.py" "$ROOT/pyproject.toml" >"$venv/lowest.txt" || return 1
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$venv/lowest.txt" \
+        || return 1
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e "$ROOT" \
+        || return 1
+    printf '%s\n' "$want" >"$stamp"
+}
+
+# Build the sdist and, from it, the wheel into $ROOT/dist-check; `twine check` both; install
+# the wheel with every extra into $ROOT/.venv-wheel, and run what a user runs first from
+# outside the source tree: `delayq --version`, the extensions' imports and the demo (on
+# $REDIS_URL: call delayq_start_private_redis first).  The venv's dependencies are kept
+# while pyproject.toml is unchanged; the wheel itself is reinstalled every time.
+delayq_check_wheel() {
+    local dist="$ROOT/dist-check" venv="$ROOT/.venv-wheel"
+    local stamp="$venv/.delayq-pyproject.sha256"
+    local python want wheel version
+    python="$(delayq_find_python)" || return 1
+    rm -rf "$dist"
+    "$ROOT/.venv/bin/python" -m build -q --outdir "$dist" "$ROOT" >/dev/null || return 1
+    "$ROOT/.venv/bin/python" -m twine check --strict "$dist"/* || return 1
+    wheel="$(ls "$dist"/delayq-*.whl)" || return 1
+    want="$(_delayq_pyproject_sha "$python")" || return 1
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall \
+            --no-deps "$wheel" || return 1
+    else
+        _delayq_log "creating $venv from the wheel with every extra"
+        "$python" -m venv --clear "$venv" || return 1
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+            "$wheel[web,prometheus,otel,archive]" || return 1
+        printf '%s\n' "$want" >"$stamp"
     fi
+    "$venv/bin/python" -m pip check -q >/dev/null || { "$venv/bin/python" -m pip check; return 1; }
+    version="$(cd "$venv" && bin/delayq --version)" || return 1
+    [[ "$version" == "delayq $(cd "$venv" && bin/python -c 'import delayq; print(delayq.__version__)')" ]] \
+        || { _delayq_log "delayq --version said: $version"; return 1; }
+    printf '%s\n' "$version"
+    (cd "$venv" && bin/python -c \
+        'import delayq, delayq.web, delayq.metrics, delayq.otel, delayq.archive, sys
+assert delayq.__file__.startswith(sys.prefix), delayq.__file__  # the wheel, not the source tree') \
+        || return 1
+    (cd "$venv" && bin/python "$ROOT/examples/demo.py" >"$venv/demo.log" 2>&1) \
+        || { tail -n 30 "$venv/demo.log" >&2; return 1; }
+    tail -n 3 "$venv/demo.log"
 }

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 
 from delayq import Queue, Worker
+from delayq.redis.source import stop_test_clock
 
 StartWorker = Callable[..., Awaitable[Worker]]
+
+
+@pytest.fixture(autouse=True)
+def _production_scripts() -> Iterator[None]:
+    """Every test after one that ran ``run_due`` runs production's scripts again, not the
+    copies that read test clock offsets."""
+    yield
+    stop_test_clock()
 
 
 @pytest.fixture

@@ -7,18 +7,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import redis.asyncio
 
+import delayq
 from delayq import Backoff, Queue, Task
-from delayq.cli import main
+from delayq.cli import load_queue, main
 from tests.apps.records import handled
 from tests.apps.runner import (
     APP,
+    ROOT,
     Result,
     Spawner,
     app_env,
@@ -248,15 +252,27 @@ async def test_bad_app_exits_2_with_a_clear_message(env: dict[str, str]) -> None
         ),
         pytest.param(
             ["worker", "tests.apps.records:handled"],
-            "is not a delayq.Queue (got function)",
+            "is not a delayq.Queue (got function); it holds no delayq.Queue (an app is named "
+            "as module:attribute, e.g. app.tasks:queue)",
             id="not-a-queue",
         ),
         pytest.param(
             ["worker", "tests.apps.counting:nothing"],
-            "is not a delayq.Queue (got NoneType)",
+            "module 'tests.apps.counting' has no attribute 'nothing'; "
+            "its queues: tests.apps.counting:queue",
             id="no-attribute",
         ),
-        pytest.param(["worker", "justaname"], "expected module:attribute", id="no-colon"),
+        pytest.param(
+            ["worker", "tests.apps.counting"],
+            "'tests.apps.counting' is a module, not a Queue: add the attribute; "
+            "its queues: tests.apps.counting:queue",
+            id="module-only",
+        ),
+        pytest.param(
+            ["worker", "justaname"],
+            "expected module:attribute, e.g. app.tasks:queue, got 'justaname'",
+            id="no-colon",
+        ),
         pytest.param(
             ["worker", APP, "--topics", "count,nope"],
             "no handler registered for topic(s) nope",
@@ -268,7 +284,9 @@ async def test_bad_app_exits_2_with_a_clear_message(env: dict[str, str]) -> None
             id="concurrency",
         ),
         pytest.param(
-            ["stats"], "give an app (module:attribute) or --url / $REDIS_URL", id="no-url"
+            ["stats"],
+            "give an app (module:attribute, e.g. app.tasks:queue) or --url / $REDIS_URL",
+            id="no-url",
         ),
         pytest.param(
             ["stats", "--url", f"redis://127.0.0.1:{free_port()}/0"],
@@ -296,6 +314,81 @@ def test_errors_exit_2_with_one_line(
     err = capsys.readouterr().err
     assert err.startswith("delayq: ") and err.count("\n") == 1, err
     assert message in err
+
+
+def test_an_app_named_with_a_dot_still_loads(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REDIS_URL", env["REDIS_URL"])
+    monkeypatch.setenv("DELAYQ_QUEUE", env["DELAYQ_QUEUE"])
+    assert load_queue("tests.apps.counting.queue") is load_queue(APP)
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"delayq {delayq.__version__}\n"
+
+
+def test_url_without_name_says_which_queue_it_read(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(logging, "basicConfig", lambda **_: None)
+    # A database no test writes to, so the default queue there is empty.
+    empty = redis_url.rpartition("/")[0] + "/15"
+    note = "queue 'default' (no --name given: 'default' is the default)"
+    assert main(["stats", "--url", empty]) == 0
+    assert capsys.readouterr().err == f"{note} holds no tasks\n"
+    assert main(["get", "--url", empty, "count", "order-7"]) == 1
+    assert capsys.readouterr().err == f"no task 'order-7' in topic 'count' of {note}\n"
+    assert main(["stats", "--url", empty, "--name", "default"]) == 0
+    assert capsys.readouterr().err == "queue 'default' holds no tasks\n"
+
+
+async def test_output_into_a_closed_pipe_ends_quietly(env: dict[str, str], queue: Queue) -> None:
+    """``delayq get ... | head -1``: the reader may be gone before the command writes."""
+    await queue.send_delayed("count", {}, task_id="t1", delay=60)
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone: any write fails with EPIPE
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *module_command("get", APP, "count", "t1"),
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=write,
+            stderr=subprocess.PIPE,
+        )
+    finally:
+        os.close(write)
+    async with asyncio.timeout(20):
+        _, err = await proc.communicate()
+    assert proc.returncode == 1
+    assert err.decode() == ""
+
+
+async def test_history_says_when_a_topic_keeps_none(
+    env: dict[str, str], redis_url: str, queue: Queue, start_worker: StartWorker
+) -> None:
+    declared = await cli(env, "history", APP, "count")
+    assert declared.returncode == 1, declared.stderr
+    assert "topic 'count' of queue" in declared.stderr
+    assert "keeps no history (declare it with history=N" in declared.stderr
+    by_url = ("history", "--url", redis_url, "--name", queue.name)
+    recorded = await cli(env, *by_url, "kept")
+    assert recorded.returncode == 1 and "keeps no history" in recorded.stderr
+
+    @queue.topic("kept", history=10)
+    async def handle(body: dict[str, int]) -> None: ...
+
+    await start_worker(queue)  # records the topic's history setting in Redis
+    async with asyncio.timeout(10):
+        while not await queue.history.kept("kept"):
+            await asyncio.sleep(0.02)
+    empty = await cli(env, *by_url, "kept")
+    assert empty.returncode == 0, empty.stderr
+    assert "keeps history, but no task of it has finished yet" in empty.stderr
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ embedded worker runs the close handler on the app's event loop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -12,6 +12,7 @@ import pytest
 from fastapi import FastAPI
 
 from examples.fastapi_app import create_app
+from tests.redis_server import RedisServer
 
 
 @pytest.fixture
@@ -73,3 +74,20 @@ async def test_bad_requests(client: httpx.AsyncClient) -> None:
     assert (await client.delete("/orders/999/close")).status_code == 404
     invalid = await client.post("/orders", json={"item": "book", "pay_within": -1})
     assert invalid.status_code == 422
+
+
+async def test_an_unreachable_redis_answers_503_with_retry_after(
+    make_redis_server: Callable[..., RedisServer], queue_name: str
+) -> None:
+    server = make_redis_server()
+    app = create_app(server.url, queue_name, embedded_worker=False)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://s") as client,
+    ):
+        assert (await client.post("/orders", json={"item": "book"})).status_code == 201
+        server.kill()
+        response = await client.post("/orders", json={"item": "pen"})
+        assert response.status_code == 503
+        assert response.headers["retry-after"] == "1"
+        assert response.json()["error"] == "unavailable"

@@ -20,7 +20,7 @@ import redis.asyncio
 import redis.exceptions
 
 from delayq import Queue, RedisUnavailableError, Task
-from delayq.redis.connection import SILENCE_TIMEOUT
+from delayq.redis.clients import SILENCE_TIMEOUT
 from delayq.redis.wakeup import HEARTBEAT
 from tests.fixtures_delayq import StartWorker
 from tests.redis_server import RedisServer

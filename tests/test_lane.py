@@ -1,10 +1,9 @@
-"""The script lane (``delayq.redis.lane``): replies in order, redis-py's settings, errors, retry
-and timeout, against real Redis servers."""
+"""The script lane (``delayq.redis.lane``): calls of one turn pipelined, each with its own
+reply or error; redis-py's settings, retry and timeout, against real Redis servers."""
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import hashlib
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,8 +18,8 @@ from redis.exceptions import NoPermissionError, OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from delayq import Queue, RedisOutOfMemoryError
-from delayq.redis.connection import connection_pool, open_clients
-from delayq.redis.lane import ScriptLane, lane_supported
+from delayq.redis.clients import open_clients
+from delayq.redis.lane import ScriptLane
 from tests.redis_server import RedisServer
 
 ECHO = "return ARGV[1]"
@@ -54,24 +53,47 @@ async def connections_received(client: redis.asyncio.Redis) -> int:
     return int(info["total_connections_received"])
 
 
-async def test_concurrent_calls_share_one_connection_and_get_their_own_replies(
-    make_lane: Callable[..., ScriptLane], redis_url: str, redis_client: redis.asyncio.Redis
+async def test_calls_made_together_share_two_connections_and_get_their_own_replies(
+    make_lane: Callable[..., ScriptLane],
+    redis_url: str,
+    redis_client: redis.asyncio.Redis,
+    queue_name: str,
 ) -> None:
-    lane = make_lane(redis_url)
-    before = await connections_received(redis_client)
-    # 300 calls in flight at once, the first ones racing to open the connection.
+    lane = make_lane(redis_url, client_name=queue_name)
+    assert await echo(lane, "warm") == b"warm"
+    # 300 calls at once: the first on the lane's own connection, the other 299 as one
+    # pipeline on a pooled one; sent one by one on the pool, they would open up to its 100.
     replies = await asyncio.gather(*(echo(lane, f"v{i}") for i in range(300)))
     assert replies == [f"v{i}".encode() for i in range(300)]
-    assert await connections_received(redis_client) - before == 1
+    names = [c["name"] for c in await redis_client.client_list()]
+    assert names.count(queue_name) == 2
 
 
+async def test_pipelined_calls_from_many_turns_keep_their_replies(
+    make_lane: Callable[..., ScriptLane], redis_url: str
+) -> None:
+    lane = make_lane(redis_url)
+
+    async def sender(who: int) -> None:
+        for n in range(40):
+            assert await echo(lane, f"{who}:{n}") == f"{who}:{n}".encode()
+
+    await asyncio.gather(*(sender(who) for who in range(50)))
+
+
+@pytest.mark.parametrize("calls", [1, 20], ids=["alone", "pipelined"])
 async def test_a_flushed_script_is_loaded_again(
-    make_lane: Callable[..., ScriptLane], redis_url: str, redis_client: redis.asyncio.Redis
+    make_lane: Callable[..., ScriptLane],
+    redis_url: str,
+    redis_client: redis.asyncio.Redis,
+    calls: int,
 ) -> None:
     lane = make_lane(redis_url)
     assert await echo(lane, "a") == b"a"
     await redis_client.script_flush()
-    assert await echo(lane, "b") == b"b"  # NOSCRIPT, SCRIPT LOAD, then run
+    # NOSCRIPT, SCRIPT LOAD, then run
+    replies = await asyncio.gather(*(echo(lane, f"b{i}") for i in range(calls)))
+    assert replies == [f"b{i}".encode() for i in range(calls)]
 
 
 async def test_error_replies_are_redis_py_exceptions(
@@ -87,6 +109,13 @@ async def test_error_replies_are_redis_py_exceptions(
     with pytest.raises(ResponseError, match="plain failure"):
         await lane.evalsha(sha, fail, [], ["ERR plain failure"])
     assert await echo(lane, "still aligned") == b"still aligned"
+    # In a pipeline, the failing call alone gets its error.
+    failing = lane.evalsha(sha, fail, [], ["OOM command not allowed"])
+    replies = await asyncio.gather(
+        echo(lane, "x"), failing, echo(lane, "y"), return_exceptions=True
+    )
+    assert replies[0] == b"x" and replies[2] == b"y"
+    assert isinstance(replies[1], OutOfMemoryError)
 
 
 async def test_the_lane_uses_the_pools_database_name_and_decoding(
@@ -108,8 +137,8 @@ async def test_the_lane_uses_the_pools_database_name_and_decoding(
     finally:
         await in_five.aclose()
     assert await redis_client.get(queue_name) is None
-    names = [c["name"] for c in await redis_client.client_list()]
-    assert names.count(queue_name) == 1
+    lanes = [c for c in await redis_client.client_list() if c["name"] == queue_name]
+    assert lanes and all(c["db"] == "5" for c in lanes)
 
 
 async def test_a_call_is_retried_on_a_new_connection_after_a_redis_restart(
@@ -151,19 +180,37 @@ async def test_a_busy_lane_is_not_a_silent_one(
     assert calls > 10
 
 
-async def test_closing_fails_calls_in_flight_and_a_later_call_reconnects(
+async def test_closing_fails_pipelined_calls_in_flight_and_a_later_call_works(
     make_lane: Callable[..., ScriptLane], redis_url: str, redis_client: redis.asyncio.Redis
 ) -> None:
     lane = make_lane(redis_url, retry=Retry(NoBackoff(), 0))
     assert await echo(lane, "warm") == b"warm"
     await redis_client.execute_command("CLIENT", "PAUSE", 300, "ALL")
-    in_flight = asyncio.create_task(echo(lane, "cut"))
+    # The first call goes alone on the lane's connection, the others as a pipeline.
+    calls = (echo(lane, "alone"), echo(lane, "cut 1"), echo(lane, "cut 2"))
+    in_flight = asyncio.gather(*calls, return_exceptions=True)
     await asyncio.sleep(0.05)
     await lane.aclose()
-    with pytest.raises(RedisConnectionError):
-        await in_flight
-    await asyncio.sleep(0.3)
+    assert [type(e) for e in await in_flight] == [RedisConnectionError] * 3
     assert await echo(lane, "again") == b"again"
+
+
+async def test_a_caller_cancelled_leaves_the_others_of_its_pipeline_their_replies(
+    make_lane: Callable[..., ScriptLane], redis_url: str, redis_client: redis.asyncio.Redis
+) -> None:
+    lane = make_lane(redis_url)
+    assert await echo(lane, "warm") == b"warm"
+    # The first call goes alone; the second leads the pipeline of the others, the third
+    # rides along: each is cancelled before the pipeline is sent, and after.
+    for cancelled in (1, 2):
+        for pause in (0.0, 0.1):
+            await redis_client.execute_command("CLIENT", "PAUSE", 200, "ALL")
+            calls = [asyncio.ensure_future(echo(lane, f"c{i}")) for i in range(5)]
+            await asyncio.sleep(pause)
+            calls[cancelled].cancel()
+            replies = await asyncio.gather(*calls, return_exceptions=True)
+            assert isinstance(replies.pop(cancelled), asyncio.CancelledError)
+            assert replies == [f"c{i}".encode() for i in range(5) if i != cancelled]
 
 
 async def test_a_redis_that_is_down_fails_the_call(
@@ -175,14 +222,6 @@ async def test_a_redis_that_is_down_fails_the_call(
     server.stop()
     with pytest.raises(RedisConnectionError):
         await echo(lane, "down")
-
-
-def test_settings_the_lane_cannot_honour_leave_scripts_on_the_pool(redis_url: str) -> None:
-    assert lane_supported(connection_pool(redis_url))
-    assert lane_supported(connection_pool(redis_url, decode_responses=True))
-    assert not lane_supported(connection_pool(redis_url, protocol=3))
-    assert not lane_supported(connection_pool(redis_url, encoding="latin-1"))
-    assert open_clients(redis_url, protocol=3)[1] is None
 
 
 async def test_queue_errors_from_the_lane_are_translated(
@@ -197,38 +236,3 @@ async def test_queue_errors_from_the_lane_are_translated(
         finally:
             await redis_client.config_set("maxmemory", 0)
         assert await queue.send("t", {"after": True}, task_id="after") == "after"
-
-
-def test_a_lane_used_from_a_new_event_loop_opens_a_new_connection(redis_url: str) -> None:
-    # A queue created at import time may serve several asyncio.run() calls in turn (a CLI,
-    # a test suite): the connection of a loop that is gone cannot serve the next one.
-    client, lane = open_clients(redis_url)
-    assert lane is not None
-    assert asyncio.run(echo(lane, "first loop")) == b"first loop"
-    # That loop closed without closing the lane, which asyncio cannot do afterwards: its
-    # socket is left to the garbage collector, with asyncio's usual warning.
-
-    async def second_loop() -> bytes:
-        try:
-            reply: bytes = await echo(lane, "second loop")
-            return reply
-        finally:
-            await lane.aclose()  # in the loop that opened it, as a queue must be closed
-            await client.aclose()
-
-    with pytest.warns(ResourceWarning, match="unclosed"):
-        assert asyncio.run(second_loop()) == b"second loop"
-        gc.collect()
-
-
-async def test_a_late_failure_does_not_close_the_connection_another_call_opened(
-    make_lane: Callable[..., ScriptLane], redis_url: str, redis_client: redis.asyncio.Redis
-) -> None:
-    # The retry hook runs when a call's failure is handled; by then another call may have
-    # opened a new connection.  (Driven through the hook: the interleaving is a race.)
-    lane = make_lane(redis_url)
-    assert await echo(lane, "first") == b"first"
-    before = await connections_received(redis_client)
-    await lane._drop(RedisConnectionError("a failure of an older connection"))
-    assert await echo(lane, "same connection") == b"same connection"
-    assert await connections_received(redis_client) == before

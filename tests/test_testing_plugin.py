@@ -1,7 +1,7 @@
-"""delayq.testing, the pytest plugin: ``run_due`` on the plugin's private redis-server whose
-clock it moves (retries, dead letters, periodic ticks, the hooks and the TTR all as in
-production), what it leaves alone, its clear errors, the docs/testing.md example, and the
-plugin as a user's test suite gets it (pytester)."""
+"""delayq.testing, the pytest plugin: ``run_due`` on the plugin's private redis-server
+(retries, dead letters, periodic ticks, the hooks and the TTR all as in production), what it
+leaves alone, a clear error without redis-server, the docs/testing.md example, and the
+plugin as a user's test suite gets it (pytester).  The test clock itself: test_clock.py."""
 
 from __future__ import annotations
 
@@ -17,14 +17,18 @@ import httpx
 import pytest
 
 from delayq import Backoff, CallNext, Queue, Task
-from delayq.testing import ClockUnavailableError, PrivateRedis, PrivateRedisError, run_due
-from delayq.testing.clock import shim_library
+from delayq.testing import PrivateRedisError, run_due
 from delayq.testing.server import find_redis_server
 from examples.fastapi_app import Shop, create_app
-from tests.helpers import redis_now_ms
 
 pytest_plugins = ["pytester"]
 MINUTE = 60_000
+
+
+async def queue_now_ms(queue: Queue, topic: str) -> int:
+    """The time ``topic``'s scripts read: Redis's plus the queue's test clock offset."""
+    now, _ = await queue.scripts.clock(queue.keys(topic))
+    return now
 
 
 @pytest.fixture
@@ -43,7 +47,7 @@ async def test_run_due_runs_what_falls_due_and_leaves_the_rest(shop: Queue) -> N
     async def close(body: dict[str, int], task: Task) -> None:
         ran.append(task.id)
 
-    before = await redis_now_ms(shop.redis)
+    before = await queue_now_ms(shop, "order.close")
     await shop.send_delayed("order.close", {"n": 1}, timedelta(minutes=30), task_id="in-30m")
     await shop.send_delayed("order.close", {"n": 2}, timedelta(minutes=5), task_id="in-5m")
     await shop.send_delayed("order.close", {"n": 3}, timedelta(hours=2), task_id="in-2h")
@@ -54,8 +58,8 @@ async def test_run_due_runs_what_falls_due_and_leaves_the_rest(shop: Queue) -> N
     assert ran == ["in-5m", "in-30m"]
     later = await shop.get("order.close", "in-2h")
     assert later is not None and later.state == "delayed" and later.attempts == 0
-    assert await redis_now_ms(shop.redis) - before >= 30 * MINUTE
-    # Redis's clock stays moved: what the test sends next is due relative to it.
+    assert await queue_now_ms(shop, "order.close") - before >= 30 * MINUTE
+    # The queue's clock stays moved: what the test sends next is due relative to it.
     assert (await run_due(shop, within=timedelta(minutes=89))) == []
     assert [o.task_id for o in await run_due(shop, within=timedelta(minutes=2))] == ["in-2h"]
 
@@ -141,49 +145,16 @@ async def test_topics_limits_what_runs(shop: Queue) -> None:
     assert info is not None and info.state == "ready"  # its time came, nobody ran it
 
 
-async def test_run_due_refuses_a_queue_on_another_redis(redis_url: str, queue_name: str) -> None:
-    queue = Queue.from_url(redis_url, name=queue_name)
-    try:
-        with pytest.raises(ClockUnavailableError, match="open it on the delayq_redis_url"):
-            await run_due(queue, within=60)
-    finally:
-        await queue.close()
-
-
-def test_clear_errors_without_redis_server_or_compiler(
+def test_a_clear_error_without_redis_server(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("DELAYQ_REDIS_SERVER", str(tmp_path / "no-such-redis-server"))
     with pytest.raises(PrivateRedisError, match="not an executable redis-server"):
         find_redis_server()
     monkeypatch.delenv("DELAYQ_REDIS_SERVER")
-    monkeypatch.setenv("PATH", str(tmp_path))  # neither redis-server nor a compiler
+    monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(PrivateRedisError, match="apt-get install redis-server"):
         find_redis_server()
-    monkeypatch.delenv("DELAYQ_CLOCK_SHIM", raising=False)
-    monkeypatch.delenv("CC", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no shim built yet
-    with pytest.raises(ClockUnavailableError, match="apt-get install gcc"):
-        shim_library()
-
-
-def test_without_the_shim_the_server_runs_and_run_due_says_why(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    bin_dir = tmp_path / "bin"  # a redis-server, and no compiler
-    bin_dir.mkdir()
-    (bin_dir / "redis-server").symlink_to(find_redis_server())
-    monkeypatch.delenv("DELAYQ_CLOCK_SHIM", raising=False)
-    monkeypatch.delenv("CC", raising=False)
-    monkeypatch.setenv("PATH", str(bin_dir))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    server = PrivateRedis().start()
-    try:
-        assert server.clock is None
-        assert server.clock_problem is not None
-        assert "C compiler" in str(server.clock_problem)
-    finally:
-        server.close()
 
 
 # -- docs/testing.md ----------------------------------------------------------------------
@@ -264,7 +235,7 @@ def test_importing_the_plugin_loads_no_optional_dependency() -> None:
 
     code = (
         "import sys, pytest, redis.asyncio, pydantic, anyio; before = set(sys.modules); "
-        "import delayq.testing.plugin; "
+        "import delayq_pytest; "
         f"print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in {OPTIONAL!r}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -119,6 +119,18 @@ async def test_bad_delay_is_rejected(
     await assert_nothing_written(redis_client, queue_name)
 
 
+@pytest.mark.parametrize(
+    ("delay", "shown"),
+    [(timedelta(seconds=-5), "got -5 s"), (timedelta(days=365 * 101), "got 3.18514e+09 s")],
+)
+async def test_a_bad_timedelta_is_reported_in_seconds(
+    queue: Queue, delay: timedelta, shown: str
+) -> None:
+    error = await rejected(queue.send_delayed("t", {}, delay=delay), InvalidDurationError)
+    assert str(error).endswith(shown), error
+    assert "days=" not in str(error)
+
+
 async def test_the_longest_delay_is_stored_and_readable(queue: Queue) -> None:
     task_id = await queue.send_delayed("t", {"n": 1}, delay=MAX_SECONDS)
     info = await stored(queue, "t", task_id)

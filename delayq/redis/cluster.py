@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
+import redis
 from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import SSLConnection
 
-from delayq.redis.connection import SILENCE_TIMEOUT
 from delayq.redis.translate import TRANSLATED, translate
 
 if TYPE_CHECKING:
@@ -48,9 +50,6 @@ RETRYABLE: tuple[type[Exception], ...] = (
     rexc.TimeoutError,
     rexc.ReadOnlyError,
     OSError,
-    # redis-py 8.1's cluster client can hand out a connection that another call is
-    # disconnecting; the command then fails, unsent, with this from inside redis-py.
-    AttributeError,
 )
 """What a cluster raises while slots move or a master is replaced."""
 
@@ -60,8 +59,30 @@ def is_cluster(client: object) -> TypeGuard[RedisCluster]:
     return isinstance(client, RedisCluster)
 
 
+_REDIS_PY = Path(redis.__file__).parent
+_REDIS_PY_CONNECTIONS = tuple(
+    str(_REDIS_PY / part) for part in ("asyncio/connection.py", "asyncio/cluster.py", "_parsers")
+)
+"""Where redis-py's race raises: its asyncio connections, cluster client and parsers."""
+
+
+def is_disconnect_race(exc: BaseException) -> bool:
+    """Whether ``exc`` is redis-py's cluster race: a connection handed out while another
+    call disconnects it, so the command fails unsent on a stream or parser state that is
+    gone.  Only an ``AttributeError`` raised inside redis-py's asyncio connection, cluster
+    or parser code, on one of redis-py's objects or ``None``, is one; delayq's own bugs are
+    not."""
+    if not isinstance(exc, AttributeError):
+        return False
+    owner = exc.obj
+    if owner is not None and not type(owner).__module__.startswith("redis."):
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and frames[-1].filename.startswith(_REDIS_PY_CONNECTIONS)
+
+
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, RETRYABLE):
+    if isinstance(exc, RETRYABLE) or is_disconnect_race(exc):
         return True
     # A script's error reply carrying a redirection (e.g. TRYAGAIN raised inside EVALSHA
     # arrives as a plain ResponseError on some paths).
@@ -116,8 +137,8 @@ async def after_failure(
 ) -> T:
     """What a call that just raised ``exc`` comes to: on a cluster, ``call`` repeated while
     the cluster answers with transient errors (:func:`retrying`); else, or when that ends,
-    the error as delayq's.  (An ``AttributeError`` from redis-py 8.1's race, see
-    :data:`RETRYABLE`, comes out as it is on one Redis, where it does not happen.)"""
+    the error as delayq's.  An ``AttributeError`` is retried only when it is redis-py's
+    race (:func:`is_disconnect_race`), and otherwise comes out as it is."""
     try:
         if cluster is None:
             raise exc
@@ -206,13 +227,3 @@ class NodeClients:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
-
-
-def cluster_client(url: str, **options: Any) -> RedisCluster:
-    """A ``RedisCluster`` for ``url`` (any node's address; ``rediss://`` for TLS, ACL
-    credentials in the URL) with delayq's timeouts: :data:`SILENCE_TIMEOUT`-style socket
-    and connect timeouts and TCP keepalive unless ``options`` set them."""
-    options.setdefault("socket_timeout", SILENCE_TIMEOUT)
-    options.setdefault("socket_connect_timeout", SILENCE_TIMEOUT)
-    options.setdefault("socket_keepalive", True)
-    return RedisCluster.from_url(url, **options)

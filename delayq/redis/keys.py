@@ -13,6 +13,8 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:dead       ZSET  id -> dead-lettered at ms
     delayq:{shop:order.close}:errors     HASH  id -> last error
     delayq:{shop:order.close}:slots      STRING counter that numbers new slots
+    delayq:{shop:order.close}:clock      STRING ms a test clock moved the topic's time on
+                                               (delayq.testing.run_due; absent otherwise)
     delayq:{shop:order.close}:seq        STRING fencing-token counter
     delayq:{shop:order.close}:controls   HASH  fleet-wide controls: paused, rate_limit, max_running
     delayq:{shop:order.close}:starts     HASH  the rate limit's recent leases per sub-window
@@ -23,6 +25,8 @@ Redis Cluster slot and every script can touch them atomically::
                                                history -> records kept, history_seq
     delayq:{shop:order.close}:history    STREAM finished tasks, when the topic keeps history
     delayq:{shop:order.close}:rollup     HASH  an hour of activity in 10 s windows (history)
+    delayq:{shop:order.close}:archive    HASH  SQL destination -> seq of the last history record
+                                               it holds (the archive's cursors, archived.lua)
     delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
     delayq:{shop:*}:wake                 the pattern of every topic's wake channel (long polls;
                                                on a Redis Cluster the wake channels are sharded
@@ -139,12 +143,17 @@ class TopicKeys:
     """How far :attr:`prio` has been moved into :attr:`prio_ready` (ms)."""
     meta: str
     """The topic's counts kept by the scripts (``_layout.lua``: ``meta_key``)."""
+    clock: str
+    """How far a test clock moved the topic's time on, ms; every script adds it to Redis's
+    ``TIME`` (``_envelope.lua``).  Only :func:`delayq.testing.run_due` writes it."""
     periodic: str
     """A periodic topic's chain of ticks (tick.lua)."""
     history: str
     """Finished tasks of a topic that keeps history (``_history.lua``)."""
     rollup: str
     """Its activity per 10 s window for the last hour (``rollup.lua``)."""
+    archive: str
+    """How far each SQL destination has copied :attr:`history` (``archived.lua``)."""
     wake_publish: str
     """What the scripts are given as the wake channel: :attr:`wake`, or on a Redis Cluster
     ``!`` + :attr:`wake`, which they publish with ``SPUBLISH`` (sharded pub/sub)."""
@@ -184,9 +193,11 @@ class TopicKeys:
             prio_ready=base + "prio:ready",
             prio_mark=base + "prio:mark",
             meta=base + "meta",
+            clock=base + "clock",
             periodic=base + "periodic",
             history=base + "history",
             rollup=base + "rollup",
+            archive=base + "archive",
             wake_publish=("!" if sharded_wake else "") + base + "wake",
             shard=shard,
         )

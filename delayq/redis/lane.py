@@ -1,169 +1,70 @@
-"""The script lane: one connection that runs delayq's scripts with the least Python per call.
+"""The script lane: concurrent script calls from one process pipelined automatically.
 
-A send awaited one by one is a round trip to Redis and back, and on a small host the
-client's own work per command is as large as Redis's.  redis-py's asyncio client spends
-it on a lock, stream reads and a parser per command; in the benchmark's ceiling a bare
-``EVALSHA 'return 1'`` loop through redis-py ran at 0.83-0.87x of the same loop on this
-module's connection, and a one-by-one ``send_delayed`` on it at 0.81-0.83x of
-redis-py's ``return 1`` (0.58-0.68x before, on a held redis-py connection).
+A send awaited one by one is a round trip; fifty sends awaited at once need not be fifty.
+Like ioredis's auto-pipelining: a call made while none is in flight goes to Redis at once,
+on a connection the lane holds; calls made while others are in flight wait for the end of
+their event-loop turn and go out together, one write and one read on one pooled
+connection, and each caller gets its own reply or error.  That is what redis-py's
+``pipeline(transaction=False)`` does, through the same public connection methods
+(``send_packed_command``, ``read_response``), without its per-command bookkeeping; the
+``EVALSHA`` commands are packed by hiredis.
 
-The lane is an :class:`asyncio.Protocol` feeding a ``hiredis.Reader``: a call packs its
-command with hiredis, writes it and awaits a future that ``data_received`` resolves in
-order.  Calls pipeline: any number may be in flight, answered in the order sent, so a
-call cancelled by its caller leaves the connection usable (its reply is read and
-dropped).
-
-What it does not do itself is left to redis-py, so the two cannot disagree:
-
-* **Connecting.**  The connection is opened by the pool's own connection class, with the
-  pool's settings: TCP, TLS (``rediss://``), unix sockets, AUTH or ACL credentials,
-  SELECT, the client name.  Once redis-py's handshake is done the lane takes the
-  transport over.
-* **Retrying.**  A call whose connection fails or times out is tried again on a new
-  connection under the retry policy redis-py derives from the pool's settings, with the
-  same ``Retry`` object's ``call_with_retry`` that redis-py's client uses.
-* **Errors.**  Error replies become redis-py's exception classes (``NoScriptError``,
-  ``OutOfMemoryError``, ``NoPermissionError``, ...), which delayq translates in one place.
-
-``socket_timeout`` is kept (or the lane's own ``silence``): while a reply is awaited and
-nothing arrives for that long, the connection is aborted and its calls fail with
-redis-py's ``TimeoutError``.  One timer per connection is armed while calls are in
-flight, not one per call, so a short limit costs a call nothing.
-"""
+Everything else is redis-py's, so the two cannot disagree: the pool and its connections
+(TCP, TLS, unix sockets, credentials, SELECT, the client name), the retry policy after a
+lost connection, ``socket_timeout`` and the error classes.  A script unknown to Redis
+(after a restart or ``SCRIPT FLUSH``) is loaded and its calls run again."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections import deque
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import hiredis
-from redis._parsers.base import BaseParser
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from redis.asyncio import ConnectionPool
+    from redis.asyncio import Redis
+    from redis.asyncio.connection import AbstractConnection
 
 
-def lane_supported(pool: ConnectionPool) -> bool:
-    """Whether a lane can speak for ``pool``: RESP2 and strict utf-8, which hiredis packs
-    exactly as redis-py would (anything else keeps every call on the pool)."""
-    options = pool.connection_kwargs
-    return (
-        options.get("protocol") in (None, 2, "2")
-        and options.get("encoding", "utf-8") == "utf-8"
-        and options.get("encoding_errors", "strict") == "strict"
-    )
-
-
-class _LaneProtocol(asyncio.Protocol):
-    """Replies matched to calls in order; a silence of ``timeout`` while one is awaited
-    aborts the connection."""
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        transport: asyncio.Transport,
-        reader: hiredis.Reader,
-        timeout: float | None,
-    ) -> None:
-        self.loop = loop
-        self._transport = transport
-        self._reader = reader
-        self._timeout = timeout
-        self._waiting: deque[asyncio.Future[Any]] = deque()
-        self._heard_at = 0.0
-        self._watchdog: asyncio.TimerHandle | None = None
-        self.lost: Exception | None = None
-
-    def call(self, packed: bytes) -> asyncio.Future[Any]:
-        """Write one packed command; the future gets its reply (or error)."""
-        if self.lost is not None:
-            raise RedisConnectionError(f"Lane connection lost: {self.lost}")
-        future = self.loop.create_future()
-        if not self._waiting:
-            self._heard_at = self.loop.time()  # silence is counted from the first call
-            if self._timeout and self._watchdog is None:
-                self._watchdog = self.loop.call_later(self._timeout, self._check_silence)
-        self._waiting.append(future)
-        self._transport.write(packed)
-        return future
-
-    def data_received(self, data: bytes) -> None:
-        self._heard_at = self.loop.time()
-        self._reader.feed(data)
-        waiting = self._waiting
-        try:
-            while (reply := self._reader.gets()) is not False:
-                future = waiting.popleft()
-                if future.done():
-                    continue  # its caller was cancelled: the reply is dropped
-                if isinstance(reply, Exception):
-                    future.set_exception(reply)
-                else:
-                    future.set_result(reply)
-        except (InvalidResponse, IndexError) as exc:
-            # Bytes that are not RESP, or a reply nobody asked for: the stream is unusable.
-            self._fail(RedisConnectionError(f"Protocol error on the lane: {exc!r}"))
-            self._transport.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(RedisConnectionError(f"Connection closed by server: {exc or 'EOF'}"))
-
-    def eof_received(self) -> bool | None:
-        return False  # closes the transport, which calls connection_lost
-
-    def close(self) -> None:
-        self._fail(RedisConnectionError("Lane closed"))
-        self._transport.close()
-
-    def _check_silence(self) -> None:
-        self._watchdog = None
-        timeout = self._timeout
-        if not self._waiting or self.lost is not None or not timeout:
-            return
-        silent = self.loop.time() - self._heard_at
-        if silent >= timeout:
-            self._fail(RedisTimeoutError("Timeout reading from socket"))
-            self._transport.abort()
-        else:
-            self._watchdog = self.loop.call_later(timeout - silent, self._check_silence)
-
-    def _fail(self, error: Exception) -> None:
-        if self.lost is None:
-            self.lost = error
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
-        while self._waiting:
-            future = self._waiting.popleft()
-            if not future.done():
-                future.set_exception(error)
+@dataclass(slots=True)
+class _Call:
+    sha: str
+    source: str | bytes | memoryview
+    keys: Sequence[str]
+    args: Sequence[str | int | bytes]
+    future: asyncio.Future[Any] | None = None  # a pipelined call's, for its reply
 
 
 class ScriptLane:
-    """A lazily opened, pipelined connection for EVALSHA calls, with ``pool``'s settings.
+    """Runs ``EVALSHA`` calls on ``client``, pipelining the ones made in the same turn.
 
     Args:
-        pool: the pool whose connection class and settings open the lane's connection.
-        silence: seconds without a reply, while one is awaited, after which the connection
-            is dropped; ``None``: the pool's ``socket_timeout``.
+        client: the Redis client (and so the pool, with its settings) the calls run on.
+        owned: whether :meth:`aclose` closes ``client`` too.
     """
 
-    def __init__(self, pool: ConnectionPool, silence: float | None = None) -> None:
-        self._pool = pool
-        self._silence = silence
-        self._protocol: _LaneProtocol | None = None
-        self._opening: asyncio.Future[_LaneProtocol] | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        # The retry policy redis-py derives from the pool's settings for each connection
-        # (``retry``, ``retry_on_timeout``, ``retry_on_error``), taken from an unopened one.
-        self._retry = pool.connection_class(**pool.connection_kwargs).retry
+    def __init__(self, client: Redis, *, owned: bool = False) -> None:
+        self.client = client
+        self._owned = owned
+        self._batch: list[_Call] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        self._alone = 0  # lone calls in flight
+        # The connection of calls made while none is in flight: outside the pool, since
+        # borrowing a pooled one costs a call as much as the rest of its client work.
+        self._held: AbstractConnection | None = None
+        self._held_loop: asyncio.AbstractEventLoop | None = None
+        settings = client.connection_pool.connection_kwargs
+        self._silence: float | None = settings.get("socket_timeout")
+        self._hiredis = (
+            settings.get("encoding", "utf-8") == "utf-8"
+            and settings.get("encoding_errors", "strict") == "strict"
+        )
 
     async def evalsha(
         self,
@@ -172,105 +73,169 @@ class ScriptLane:
         keys: Sequence[str],
         args: Sequence[str | int | bytes],
     ) -> Any:
-        """Run a script by its sha, loading ``source`` once on NOSCRIPT (e.g. after a Redis
-        restart or ``SCRIPT FLUSH``).
+        """Run a script by its sha, loading ``source`` on NOSCRIPT and running it again.
 
-        A call whose connection fails or times out is tried again on a new connection as
-        redis-py's own client would (the pool's retry policy; delayq's default: once,
-        without backoff), so it may run twice.
+        A call whose connection fails is tried again as redis-py's client retries (the
+        pool's retry policy), so it may run twice.
 
         Raises:
             redis.exceptions.ConnectionError: (or ``TimeoutError``) no try got a reply.
             redis.exceptions.ResponseError: (and subclasses) the error Redis replied with.
         """
-        # (hiredis's stub types its argument as a one-element tuple)
-        command = hiredis.pack_command(("EVALSHA", sha, len(keys), *keys, *args))  # type: ignore[arg-type]
-        return await self._retry.call_with_retry(
-            lambda: self._open_and_call(command, source), self._drop
-        )
-
-    async def _call(self, protocol: _LaneProtocol, command: bytes, source: Any) -> Any:
+        batch = self._batch
+        if batch is not None:  # another call of this turn leads: ride along
+            future = asyncio.get_running_loop().create_future()
+            batch.append(_Call(sha, source, keys, args, future))
+            return await future
+        if not self._alone and not self._running:
+            # Nothing in flight: this call starts a burst, if any, and need not wait for
+            # the rest of it (they follow it as one pipeline).
+            return await self._one(sha, source, keys, args, held=True)
+        batch = self._batch = []
         try:
-            return await protocol.call(command)
-        except NoScriptError:
-            await protocol.call(hiredis.pack_command(("SCRIPT", "LOAD", source)))  # type: ignore[arg-type]
-            return await protocol.call(command)
+            await asyncio.sleep(0)  # let the other calls of this turn join
+        except BaseException:
+            self._batch = None
+            if batch:
+                self._spawn(batch)  # cancelled while gathering: the others still run
+            raise
+        self._batch = None
+        if not batch:
+            return await self._one(sha, source, keys, args)
+        future = asyncio.get_running_loop().create_future()
+        batch.insert(0, _Call(sha, source, keys, args, future))
+        self._spawn(batch)
+        return await future
 
-    async def _open_and_call(self, command: bytes, source: Any) -> Any:
-        protocol = self._protocol
-        if (
-            protocol is None
-            or protocol.lost is not None
-            # a transport serves only the event loop it was opened in
-            or protocol.loop is not asyncio.get_running_loop()
-        ):
-            protocol = await self._open()
-        return await self._call(protocol, command, source)
-
-    async def _drop(self, error: Exception) -> None:
-        """Between tries: forget the connection if it failed, so the next try opens a new
-        one (as redis-py disconnects).  Only a failed one: by the time a call's failure is
-        handled, another call may have opened a healthy connection, which must stay."""
-        protocol = self._protocol
-        if protocol is not None and protocol.lost is not None:
-            self._close_transport()
-
-    async def _open(self) -> _LaneProtocol:
-        """The one connection attempt that concurrent first calls share."""
-        opening = self._opening
-        if opening is None or opening.get_loop() is not asyncio.get_running_loop():
-            opening = self._opening = asyncio.ensure_future(self._connect())
+    async def _one(
+        self,
+        sha: str,
+        source: str | bytes | memoryview,
+        keys: Sequence[str],
+        args: Sequence[str | int | bytes],
+        *,
+        held: bool = False,
+    ) -> Any:
+        self._alone += 1
         try:
-            return await asyncio.shield(opening)
+            (reply,) = await self._run([_Call(sha, source, keys, args)], held=held)
         finally:
-            if opening.done() and self._opening is opening:
-                self._opening = None
+            self._alone -= 1
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
-    async def _connect(self) -> _LaneProtocol:
-        self._close_transport()
-        # redis-py's connection class does the handshake (TLS, AUTH/ACL, SELECT, name);
-        # then its stream is taken over, and the object that opened it dropped.
-        connection = self._pool.connection_class(**self._pool.connection_kwargs)
-        # As redis-py's own send path connects: the socket connect under the retry policy,
-        # the handshake once (redis-py 5's connect() does just that).
-        connect = getattr(connection, "connect_check_health", None)
-        if connect is not None:
-            await connect(check_health=False)
-        else:
-            await connection.connect()  # type: ignore[no-untyped-call]
-        writer = connection._writer
-        connection._writer = connection._reader = None
-        if writer is None:
-            raise RedisConnectionError("redis-py connected without a stream")
-        encoder = connection.encoder
-        reader = hiredis.Reader(
-            protocolError=InvalidResponse,
-            replyError=BaseParser.parse_error,
-            encoding=encoder.encoding if encoder.decode_responses else None,
-            errors=encoder.encoding_errors,
+    def _spawn(self, batch: list[_Call]) -> None:
+        # The batch runs in a task of its own, so a caller cancelled while waiting leaves
+        # the others' calls running; the set holds it until it ends.
+        task = asyncio.ensure_future(self._pipeline(batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _pipeline(self, batch: list[_Call]) -> None:
+        try:
+            replies = await self._run(batch)
+        except BaseException as exc:
+            # Cancelled by aclose(): the callers' calls fail as on a closed connection.
+            error = exc if isinstance(exc, Exception) else RedisConnectionError("Lane closed")
+            for call in batch:
+                if call.future is not None and not call.future.done():
+                    call.future.set_exception(error)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for call, reply in zip(batch, replies, strict=True):
+            if call.future is None or call.future.done():
+                continue  # its caller was cancelled: the reply is dropped
+            if isinstance(reply, Exception):
+                call.future.set_exception(reply)
+            else:
+                call.future.set_result(reply)
+
+    async def _run(self, calls: list[_Call], *, held: bool = False) -> list[Any]:
+        """Each call's reply or error reply; a script Redis does not know (NOSCRIPT, e.g.
+        after a restart or ``SCRIPT FLUSH``) is loaded once and its calls run again."""
+        replies = await self._execute(calls, held=held)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            for source in {calls[i].sha: calls[i].source for i in missing}.values():
+                await self.client.script_load(source)
+            again = await self._execute([calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _execute(self, calls: list[_Call], *, held: bool = False) -> list[Any]:
+        """Send ``calls`` in one write on one connection (the held one, else a pooled one)
+        and read their replies, as redis-py's own pipeline does; tried again on a new
+        connection under the pool's retry policy when the connection fails or times out."""
+        pool = self.client.connection_pool
+        if held:
+            return await self._exchange_retried(self._held_connection(), calls, self._silence)
+        connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            return await self._exchange_retried(connection, calls)
+        finally:
+            await pool.release(connection)
+
+    def _held_connection(self) -> AbstractConnection:
+        loop = asyncio.get_running_loop()
+        if self._held is None or self._held_loop is not loop:
+            # (a connection serves only the event loop it was opened in)  Its socket_timeout
+            # is kept by the lane, one timer per call: redis-py's times each write with
+            # asyncio.wait_for, a Task per command on Python 3.11.
+            pool = self.client.connection_pool
+            settings = {**pool.connection_kwargs, "socket_timeout": None}
+            self._held = pool.connection_class(**settings)
+            self._held_loop = loop
+        return self._held
+
+    async def _exchange_retried(
+        self, connection: AbstractConnection, calls: list[_Call], silence: float | None = None
+    ) -> list[Any]:
+        async def exchange() -> list[Any]:
+            if not silence:
+                return await self._exchange(connection, calls)
+            try:
+                async with asyncio.timeout(silence):
+                    return await self._exchange(connection, calls)
+            except TimeoutError:
+                # As redis-py: the connection, cut short, is closed (read_response already
+                # did when the timer cancelled it), and the call fails with its TimeoutError.
+                await connection.disconnect(nowait=True)
+                raise RedisTimeoutError("Timeout reading from socket") from None
+
+        replies: list[Any] = await connection.retry.call_with_retry(
+            exchange, lambda _error: connection.disconnect()
         )
-        transport = cast("asyncio.Transport", writer.transport)
-        silence = self._silence or connection.socket_timeout
-        protocol = _LaneProtocol(asyncio.get_running_loop(), transport, reader, silence)
-        transport.set_protocol(protocol)
-        # The writer is kept: on newer Pythons a StreamWriter collected while its
-        # transport is open closes the transport.
-        self._writer, self._protocol = writer, protocol
-        return protocol
+        return replies
 
-    def _close_transport(self) -> None:
-        protocol, self._protocol = self._protocol, None
-        if protocol is not None:
-            # Opened in an event loop that is closed now: nothing is left to close.
-            with contextlib.suppress(RuntimeError):
-                protocol.close()
-        # Only now: a StreamWriter collected while its transport is open warns and closes it.
-        self._writer = None
+    async def _exchange(self, connection: AbstractConnection, calls: list[_Call]) -> list[Any]:
+        commands = [("EVALSHA", c.sha, len(c.keys), *c.keys, *c.args) for c in calls]
+        if self._hiredis:
+            # The same bytes redis-py packs (utf-8, strict), packed in C.
+            # (hiredis's stub types its argument as a one-element tuple)
+            packed: bytes | list[bytes] = b"".join(map(hiredis.pack_command, commands))  # type: ignore[arg-type]
+        else:
+            packed = connection.pack_commands(commands)
+        await connection.send_packed_command(packed)
+        replies: list[Any] = []
+        for _ in calls:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as error:  # the connection stays aligned: read on
+                replies.append(error)
+        return replies
 
     async def aclose(self) -> None:
-        """Close the connection; calls in flight fail with redis-py's ``ConnectionError``."""
-        if self._opening is not None:
-            self._opening.cancel()
-            await asyncio.gather(self._opening, return_exceptions=True)
-            self._opening = None
-        self._close_transport()
+        """Cancel the batches in flight, close the held connection and, if the lane owns
+        its client, close it."""
+        for task in list(self._running):
+            task.cancel()
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+        held, self._held = self._held, None
+        if held is not None and self._held_loop is asyncio.get_running_loop():
+            await held.disconnect()
+        if self._owned:
+            await self.client.aclose()

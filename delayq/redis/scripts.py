@@ -7,13 +7,11 @@ delayq's exceptions in one place, :func:`redis_errors`.
 
 from __future__ import annotations
 
-import re
-from functools import cache
-from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Literal
 
 from delayq.redis.cluster import after_failure, is_cluster
 from delayq.redis.replies import Counts, Found, Reservation
+from delayq.redis.source import lua_source, test_clock_on, watch
 from delayq.redis.translate import TRANSLATED
 
 if TYPE_CHECKING:
@@ -27,18 +25,13 @@ if TYPE_CHECKING:
     from delayq.redis.lane import ScriptLane
     from delayq.task import SendOutcome
 
-_INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 NackMode = Literal["retry", "dead", "release"]
 TickMode = Literal["advance", "claim"]
 MAX_UNPACK = 2000
 """Most ids one script call passes through Lua's unpack() (its limit is ~8,000 values)."""
 
 
-@cache
-def lua_source(name: str) -> str:
-    """The text of ``lua/<name>.lua`` with its ``--@include`` lines expanded."""
-    text = files("delayq.redis").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-    return _INCLUDE.sub(lambda m: lua_source(m.group(1)), text)
+_READ_CLOCK = "local READ_CLOCK = false\n"
 
 
 def waiting_keys(keys: TopicKeys) -> tuple[str, str, str, str]:
@@ -89,19 +82,26 @@ class Scripts:
         client: runs the scripts.
         lane: optionally, a :class:`~delayq.redis.lane.ScriptLane` to the same Redis, which then
             runs every call but durable sends (their ``WAIT`` blocks the connection it runs
-            on, so they go through ``client``): a round trip through it costs the client a
-            fraction of redis-py's per-command work.
+            on, so they go through ``client``): concurrent calls through it are pipelined.
     """
 
     def __init__(self, client: Redis, lane: ScriptLane | None = None) -> None:
         self._client = client
         self._lane = lane
         self._cluster = client if is_cluster(client) else None
+        self._scripts: dict[str, AsyncScript] = {}
+        self.load()
+        watch(self)
+
+    def load(self) -> None:
+        """Register the scripts with the client: production's, or under a test clock the
+        copies that read it (:func:`delayq.redis.source.use_test_clock`)."""
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters", "upcoming", "timeline",
-                 "control", "tick", "tick_state", "rollup", "shards")  # fmt: skip
-        self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(lua_source(name)) for name in names
+                 "control", "tick", "tick_state", "rollup", "shards", "clock")  # fmt: skip
+        self._scripts = {
+            name: self._client.register_script(lua_source(name, test_clock=test_clock_on()))
+            for name in names
         }
 
     async def aclose(self) -> None:
@@ -126,7 +126,8 @@ class Scripts:
 
     async def _retry(self, call: Callable[[], Awaitable[Any]], exc: Exception) -> Any:
         """On a cluster: repeat ``call`` while slots move or a master is replaced.  Raises
-        ``exc`` (or the last error) as delayq's error; ``AttributeError`` as it is."""
+        ``exc`` (or the last error) as delayq's error; an ``AttributeError`` that is not
+        redis-py's race (:func:`~delayq.redis.cluster.is_disconnect_race`) as it is."""
         return await after_failure(self._cluster, call, exc)
 
     async def _write(
@@ -441,5 +442,12 @@ class Scripts:
     async def tick_state(self, keys: TopicKeys) -> tuple[int, str | None, int]:
         """Run tick_state.lua. Returns (now ms, the chain's fingerprint or None, last tick
         ms or -1)."""
-        now, fingerprint, last = await self._run("tick_state", (keys.periodic,), ())
+        now, fingerprint, last = await self._run("tick_state", (keys.periodic, keys.clock), ())
         return _int(now), _text(fingerprint) if fingerprint else None, _int(last)
+
+    async def clock(self, keys: TopicKeys, offset_ms: int | None = None) -> tuple[int, int]:
+        """Run clock.lua: set the topic's test clock offset (when given; a change wakes the
+        topic's workers). Returns (the topic's time, its offset), ms."""
+        args = () if offset_ms is None else (offset_ms, keys.wake_publish)
+        now, offset = await self._run("clock", (keys.clock,), args)
+        return _int(now), _int(offset)

@@ -38,8 +38,8 @@ from redis import exceptions as rexc
 
 from delayq.cancellation import cancel_all, raise_if_cancelling
 from delayq.pacing import RetryPacing
+from delayq.redis.clients import SILENCE_TIMEOUT
 from delayq.redis.cluster import NodeClients, is_cluster
-from delayq.redis.connection import SILENCE_TIMEOUT
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable

@@ -1,16 +1,15 @@
 """Testing a service that uses delayq, on a real Redis: a pytest plugin and ``run_due``.
 
 Installing delayq registers the plugin (``pytest11``); its fixtures start a private
-redis-server for the test session (:mod:`delayq.testing.plugin`).  :func:`run_due` lets
-queue time pass on it and runs what falls due through a real worker.  See docs/testing.md.
+redis-server for the test session (:mod:`delayq_pytest`).  :func:`run_due` lets
+a queue's time pass, on that Redis or any other, and runs what falls due through a real
+worker.  See docs/testing.md.
 """
 
-from delayq.testing.clock import ClockUnavailableError
 from delayq.testing.due import RunDueTimeoutError, run_due
 from delayq.testing.server import PrivateRedis, PrivateRedisError
 
 __all__ = [
-    "ClockUnavailableError",
     "PrivateRedis",
     "PrivateRedisError",
     "RunDueTimeoutError",

@@ -1,11 +1,12 @@
 """``run_due``: let queue time pass in a test, and run what falls due, for real.
 
-The queue lives on the plugin's private redis-server, whose wall clock the test moves
-(:mod:`delayq.testing.clock`).  ``run_due`` runs a real :class:`~delayq.Worker` in this
-process (the queue's lifespan, middleware, TTR, retries and dead letters all apply) and
-repeats: wait until nothing due is left to run, then move Redis's clock to the next due
-time (a task, a retry, a periodic tick) if it falls inside the horizon, and wake the
-worker.  Nothing is faked in delayq: its scripts read ``TIME`` as in production.
+Every delayq script reads the time as Redis's ``TIME`` plus the topic's clock offset, which
+only a test writes (:mod:`delayq.testing.clock`).  ``run_due`` runs a real
+:class:`~delayq.Worker` in this process (the queue's lifespan, middleware, TTR, retries and
+dead letters all apply) and repeats: wait until nothing due is left to run, then move the
+queue's clock to the next due time (a task, a retry, a periodic tick) if it falls inside the
+horizon, and wake the worker.  Nothing is faked in delayq: its scripts run as in production,
+on any Redis the queue is open on.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from delayq.duration import to_millis
 from delayq.errors import DelayqError
-from delayq.testing.clock import Clock, ClockUnavailableError
+from delayq.testing.clock import QueueClock
 from delayq.worker import Worker
 
 if TYPE_CHECKING:
@@ -25,46 +26,14 @@ if TYPE_CHECKING:
     from delayq.duration import Duration
     from delayq.queue import Queue
     from delayq.task import Outcome
-    from delayq.testing.server import PrivateRedis
 
 POLL = 0.005
 """Seconds between looks at the queue while handlers run (an outcome wakes it sooner)."""
-_SERVERS: dict[int, PrivateRedis] = {}
 
 
 class RunDueTimeoutError(DelayqError):
     """Raised by :func:`run_due` when the due work did not settle within ``settle_timeout``
     (a handler that never returns, or a topic paused or rate-limited by its controls)."""
-
-
-def register(server: PrivateRedis) -> None:
-    """Let :func:`run_due` move ``server``'s clock (the plugin registers its server)."""
-    _SERVERS[server.port] = server
-
-
-def unregister(server: PrivateRedis) -> None:
-    """Undo :func:`register`."""
-    _SERVERS.pop(server.port, None)
-
-
-def clock_of(queue: Queue) -> Clock:
-    """The clock of the plugin's server that ``queue`` talks to.
-
-    Raises:
-        ClockUnavailableError: the queue is on another Redis, or the shim was not built.
-    """
-    options = queue.redis.connection_pool.connection_kwargs
-    host, port = options.get("host"), options.get("port")
-    server = _SERVERS.get(int(port or 0)) if host in ("127.0.0.1", "localhost") else None
-    if server is None:
-        raise ClockUnavailableError(
-            f"run_due moves the clock of delayq.testing's private redis-server, but queue"
-            f" {queue.name!r} is on {host}:{port}: open it on the delayq_redis_url fixture"
-        )
-    if server.clock is None:
-        assert server.clock_problem is not None
-        raise server.clock_problem
-    return server.clock
 
 
 async def run_due(
@@ -79,15 +48,17 @@ async def run_due(
 
     Tasks due now or within the horizon (also retries and periodic ticks that fall
     inside it) run in due order, through a real worker in this process, on the real
-    Redis; tasks due later stay untouched.  Redis's clock ends ``within`` ahead of where
-    it started, so what the test sends next is due relative to that.
+    Redis; tasks due later stay untouched.  The queue's clock ends ``within`` ahead of
+    where it started, so what the test sends next is due relative to that.  Only this
+    queue's time moves: other queues on the same Redis keep the real time.
 
     Args:
-        queue: a queue on the plugin's Redis (``delayq_redis_url``), its handlers
-            registered.  No other worker should consume it meanwhile.
+        queue: an open queue, on any Redis (the plugin's ``delayq_redis_url``, or one from
+            docker-compose or testcontainers), its handlers registered.  No other worker
+            should consume it meanwhile.
         within: how much queue time passes (seconds or a timedelta).
-        topics: the topics to run (default: every registered one); others are left alone,
-            though their tasks see the time pass too.
+        topics: the topics to run (default: every registered one); the queue's other
+            topics are left alone, though their tasks see the time pass too.
         concurrency: handlers at once (1: one at a time, in due order).
         settle_timeout: real seconds the due work may take to settle at each step.
 
@@ -95,11 +66,8 @@ async def run_due(
         What happened to each delivery, in the order it ended.
 
     Raises:
-        ClockUnavailableError: the queue is not on the plugin's Redis, or its clock cannot
-            be moved here (the message says why).
         RunDueTimeoutError: due work did not settle within ``settle_timeout``.
     """
-    clock = clock_of(queue)
     span_ms = to_millis(within, name="within")
     names = list(queue.topics) if topics is None else list(topics)
     outcomes: list[Outcome] = []
@@ -109,27 +77,21 @@ async def run_due(
         outcomes.append(outcome)
         progress.set()
 
+    # Before the worker starts: it must read every topic's time as the queue's.
+    clock = await QueueClock(queue).load()
     worker = Worker(queue, concurrency=concurrency, topics=names, on_outcome=record)
     async with worker:
-        horizon = await _redis_ms(queue) + span_ms
+        horizon = await clock.now_ms() + span_ms
         while True:
             await _settle(queue, worker, names, progress, settle_timeout)
-            following, now = await _next_due(queue, names), await _redis_ms(queue)
+            following, now = await _next_due(queue, names), await clock.now_ms()
             target = following if following is not None and following <= horizon else horizon
             if target <= now:
                 if now >= horizon:
                     return outcomes
                 continue  # due already (a retry with no delay): run it
-            clock.advance(target - now)
-            for name in names:
-                for keys in queue.shard_keys(name):  # every shard's fetch loop
-                    await queue.redis.publish(keys.wake, target)
+            await clock.advance(target - now)  # wakes every topic's (and shard's) fetch loop
     return outcomes  # pragma: no cover - the loop returns
-
-
-async def _redis_ms(queue: Queue) -> int:
-    seconds, micros = await queue.redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 async def _next_due(queue: Queue, names: list[str]) -> int | None:

@@ -1,5 +1,5 @@
 """The plugin's private redis-server: a child process on a free loopback port, with its own
-directory, no persistence, and (when it can be built) the clock shim preloaded."""
+directory and no persistence."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from delayq.errors import DelayqError
-from delayq.testing.clock import Clock, ClockUnavailableError, shim_library
 
 START_TIMEOUT = 10.0
 
@@ -55,33 +54,20 @@ def free_port() -> int:
 
 
 class PrivateRedis:
-    """A private redis-server whose clock the test can move (see :attr:`clock`).
+    """A private redis-server for a test session.
 
     Attributes:
         url: ``redis://127.0.0.1:<port>/0``.
-        clock: the server's clock offset, or ``None`` when the shim is not available
-            (then :attr:`clock_problem` says why, and ``run_due`` raises it).
     """
 
     def __init__(self) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.dir = Path(tempfile.mkdtemp(prefix="delayq-testing-"))
-        self.clock: Clock | None = None
-        self.clock_problem: ClockUnavailableError | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> PrivateRedis:
         """Start the server and wait until it answers."""
-        env = dict(os.environ)
-        try:
-            library = shim_library()
-        except ClockUnavailableError as exc:
-            self.clock_problem = exc
-        else:
-            self.clock = Clock(self.dir / "clock-offset")
-            preload = " ".join(p for p in (str(library), env.get("LD_PRELOAD")) if p)
-            env.update(LD_PRELOAD=preload, DELAYQ_CLOCK_OFFSET_FILE=str(self.clock.path))
         argv = [
             find_redis_server(),
             "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
@@ -89,7 +75,7 @@ class PrivateRedis:
             "--logfile", str(self.dir / "redis.log"),
         ]  # fmt: skip
         self._proc = subprocess.Popen(
-            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
         self._wait_ready()
@@ -130,7 +116,4 @@ class PrivateRedis:
                 self._proc.kill()
                 self._proc.wait(timeout=10)
         self._proc = None
-        if self.clock is not None:
-            self.clock.close()
-            self.clock = None
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -2,25 +2,32 @@
 
 Every route declares its scope (``x-scope`` in the OpenAPI document) and the errors it may
 answer (:mod:`delayq.web.errors`).  Path segments are topic names and task ids, which may
-hold ``/``: send it as ``%2F`` (see :class:`delayq.web.app.EncodedSlashes`).
+hold ``/``: send it as ``%2F`` (see :func:`delayq.web.app.keep_encoded_slashes`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response, Security
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import APIRouter, Body, Depends, Query, Response
 
 from delayq.consumer import NackResult
-from delayq.errors import InvalidHeadersError, InvalidInputError
+from delayq.errors import InvalidInputError
 from delayq.history import WINDOW_SECONDS
-from delayq.task import SendResult, TaskInfo, TopicStats
+from delayq.task import TaskInfo, TopicStats
 from delayq.upcoming import MAX_UPCOMING, MAX_WINDOWS, Timeline, UpcomingPage
-from delayq.web.errors import ERROR_RESPONSES, ApiProblem, conflict, field_of, invalid, not_found
+from delayq.web.depends import Credentials, authorizer, only_query
+from delayq.web.errors import (
+    ERROR_RESPONSES,
+    ApiProblem,
+    conflict,
+    invalid,
+    naming,
+    not_found,
+    renamed,
+)
+from delayq.web.longpoll import until_set
 from delayq.web.models import (
     ActivityPage,
     ActivityPoint,
@@ -41,6 +48,8 @@ from delayq.web.models import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from delayq.queue import Queue
     from delayq.web.auth import Scope, Tokens
 
@@ -60,7 +69,14 @@ NAMES_TTL = 2.0
 """Seconds the topic names are reused between ``/api/stats`` calls."""
 SLASH = "\x1f"
 """What an encoded ``/`` in a path segment arrives as (no name holds control characters)."""
-Check = Callable[..., Awaitable[frozenset[str]]]
+HOT_PATHS = {
+    "send": "/api/topics/{topic}/tasks",
+    "reserve": "/api/topics/{topic}/reserve",
+    "ack": "/api/leases/{token}/ack",
+    "nack": "/api/leases/{token}/nack",
+    "extend": "/api/leases/{token}/extend",
+}
+"""The per-task routes (``POST``), answered by :mod:`delayq.web.endpoint`, not FastAPI."""
 
 
 def name(segment: str) -> str:
@@ -68,84 +84,13 @@ def name(segment: str) -> str:
     return segment.replace(SLASH, "/")
 
 
-@contextmanager
-def naming(*fields: str) -> Iterator[None]:
-    """Answer the core's ``InvalidInputError`` with a 422 naming whichever of ``fields``
-    its message is about (a lease token's errors name ``token``)."""
-    try:
-        yield
-    except InvalidInputError as exc:
-        raise renamed(exc, fields) from None
-
-
-def renamed(exc: InvalidInputError, fields: tuple[str, ...]) -> ApiProblem:
-    """The 422 that :func:`naming` answers ``exc`` with (for a hot path's plain ``try``:
-    entering a context manager costs a generator per request)."""
-    if isinstance(exc, InvalidHeadersError):
-        return invalid(str(exc), "headers")
-    names = {field: field for field in fields} | {"lease token": "token"}
-    return invalid(str(exc), field_of(exc, names))
-
-
-BEARER = HTTPBearer(
-    auto_error=False, description="A token from the server's token file or environment."
-)
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
-
-
-def only_query(*names: str) -> Callable[[Request], Awaitable[None]]:
-    """A dependency refusing query parameters other than ``names`` (a typo in one must not
-    silently give a default)."""
-    allowed = frozenset(names)
-
-    async def check(request: Request) -> None:
-        for key in request.query_params:
-            if key not in allowed:
-                raise invalid(f"unknown query parameter {key!r}", key)
-
-    return check
-
-
-def authorize(tokens: Tokens, scope: Scope, credentials: str | None) -> frozenset[str]:
-    """The scopes granted to a request that presented bearer ``credentials`` (None: no
-    bearer token), if they include ``scope``; else the 401 or 403 to answer."""
-    if tokens.anonymous_read:
-        if scope == "read":
-            return frozenset({"read"})
-        raise ApiProblem(403, "forbidden", "read-only: no token is configured for writes")
-    if credentials is None:
-        raise ApiProblem(401, "unauthorized", "a bearer token is required")
-    granted = tokens.scopes_of(credentials)
-    if not granted:
-        raise ApiProblem(401, "unauthorized", "unknown token")
-    if scope not in granted:
-        raise ApiProblem(403, "forbidden", f"this token lacks the {scope!r} scope")
-    return granted
-
-
-def authorizer(tokens: Tokens) -> Callable[[Scope], Check]:
-    """``require(scope)``: a dependency that lets a request through only with ``scope``."""
-
-    def require(scope: Scope) -> Check:
-        async def check(credentials: Credentials) -> frozenset[str]:
-            return authorize(tokens, scope, credentials.credentials if credentials else None)
-
-        return check
-
-    return require
-
-
-def build_router(queue: Queue, tokens: Tokens) -> APIRouter:
-    """The API's routes for ``queue``, guarded by ``tokens``."""
-    return Api(queue, tokens).router()
-
-
 class Api:
     """The endpoints, as methods; :meth:`router` lists each with its path and scope."""
 
-    def __init__(self, queue: Queue, tokens: Tokens) -> None:
+    def __init__(self, queue: Queue, tokens: Tokens, stopping: asyncio.Event | None = None) -> None:
         self.queue = queue
         self.tokens = tokens
+        self.stopping = stopping
         self.require = authorizer(tokens)
         self._names: tuple[float, list[str]] | None = None
 
@@ -158,7 +103,10 @@ class Api:
             self._names = (now, await self.queue.topic_names())
         return self._names[1]
 
-    def router(self) -> APIRouter:
+    def router(self, *, documented: bool = False) -> APIRouter:
+        """The FastAPI routes: those FastAPI serves, or with ``documented`` every route,
+        the per-task ones (:data:`HOT_PATHS`, served by :mod:`delayq.web.endpoint`)
+        included, for the OpenAPI document."""
         router = APIRouter(prefix="/api", responses=ERROR_RESPONSES)
         routes: list[tuple[str, str, Scope, Callable[..., Any], dict[str, Any]]] = [
             ("GET", "/stats", "read", self.stats, {"response_model": StatsPage}),
@@ -199,7 +147,10 @@ class Api:
             "/whoami", self.whoami, methods=["GET"], response_model=WhoAmI,
             dependencies=[Depends(only_query())], openapi_extra={"x-scope": "any"},
         )  # fmt: skip
+        hot = set(HOT_PATHS.values())
         for method, path, scope, endpoint, options in routes:
+            if not documented and method == "POST" and "/api" + path in hot:
+                continue
             query = QUERY.get(endpoint.__name__, ())
             router.add_api_route(
                 path, endpoint, methods=[method],
@@ -258,29 +209,23 @@ class Api:
         """Send a task: due after `delay` seconds, at `at`, or now.  Returns its id and what
         the send did (`outcome`)."""
         topic = name(topic)
-        sent = await self.send_task(topic, request)
-        return SendReply(id=sent, topic=topic, outcome=sent.outcome)
-
-    async def send_task(self, topic: str, request: SendRequest) -> SendResult:
-        """:meth:`send`'s work on a decoded topic name, without its reply model (the fast
-        lane writes the reply's JSON itself)."""
         at = request.at
         if at is not None and request.delay is not None:
             raise invalid("give delay or at, not both", "at")
+        options: dict[str, Any] = {
+            "task_id": request.task_id, "ttr": request.ttr, "headers": request.headers,
+            "max_attempts": request.max_attempts, "on_conflict": request.on_conflict,
+        }  # fmt: skip
         try:
             if at is None:
-                return await self.queue.send_delayed(
-                    topic, request.body, request.delay or 0, task_id=request.task_id,
-                    ttr=request.ttr, max_attempts=request.max_attempts,
-                    on_conflict=request.on_conflict, headers=request.headers,
-                )  # fmt: skip
-            return await self.queue.send_at(
-                topic, request.body, at, task_id=request.task_id, ttr=request.ttr,
-                max_attempts=request.max_attempts, on_conflict=request.on_conflict,
-                headers=request.headers,
-            )  # fmt: skip
+                sent = await self.queue.send_delayed(
+                    topic, request.body, request.delay or 0, **options
+                )
+            else:
+                sent = await self.queue.send_at(topic, request.body, at, **options)
         except InvalidInputError as exc:
             raise renamed(exc, SEND_FIELDS) from None
+        return SendReply(id=sent, topic=topic, outcome=sent.outcome)
 
     async def get(self, topic: str, task_id: str) -> TaskInfo | FinishedTask:
         """A task by id: delayed, ready, reserved or dead; once it finished (acked,
@@ -394,16 +339,17 @@ class Api:
         nack or extend each by its `lease_token` before its `lease_deadline`."""
         request = request or ReserveRequest()
         with naming("topic", "ttr", "wait"):
-            tasks = await self.queue.consumer.lease(
+            lease = self.queue.consumer.lease(
                 name(topic), limit=request.max, wait=request.wait, ttr=request.ttr
             )
-        return ReserveResult(tasks=tasks)
+            if request.wait == 0 or self.stopping is None:
+                return ReserveResult(tasks=await lease)
+            return ReserveResult(tasks=await until_set(lease, self.stopping))
 
-    async def ack(self, token: str) -> Response:
+    async def ack(self, token: str) -> None:
         """The task is done: delete it.  409 when the lease is no longer held."""
         with naming("token"):
             await self.queue.consumer.ack(token)
-        return Response(status_code=204)
 
     async def nack(
         self, token: str, request: Annotated[NackRequest | None, Body()] = None

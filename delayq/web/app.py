@@ -6,15 +6,22 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 import delayq
-from delayq.web import dashboard, errors
 from delayq.web.api import SLASH, Api
 from delayq.web.auth import Tokens
-from delayq.web.fast import FastLane
+from delayq.web.dashboard import install as install_dashboard
+from delayq.web.endpoint import routes as per_task_routes
+from delayq.web.errors import ApiError, install, response_for
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from starlette.datastructures import State
+    from starlette.routing import Route
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from delayq.queue import Queue
@@ -24,10 +31,14 @@ BODY_MARGIN = 64 * 1024
 
 
 def create_app(
-    queue: Queue, tokens: Tokens | None = None, *, title: str = "delayq", fast_lane: bool = True
-) -> FastAPI:
+    queue: Queue,
+    tokens: Tokens | None = None,
+    *,
+    title: str = "delayq",
+    stopping: asyncio.Event | None = None,
+) -> DelayqApp:
     """The HTTP API (under ``/api``, OpenAPI at ``/api/openapi.json``) and the dashboard
-    (at ``/``) of ``queue``.
+    (at ``/``) of ``queue``, as an ASGI app.
 
     Mount it in an existing app (``app.mount("/delayq", create_app(queue, tokens))``) or
     serve it alone (``delayq web``).  The app never closes ``queue``: its owner does.
@@ -38,12 +49,12 @@ def create_app(
         tokens: who may do what (:class:`~delayq.web.auth.Tokens`); ``None`` or none
             configured: read-only, and reads need no token.
         title: the API's title in the OpenAPI document.
-        fast_lane: serve the per-task routes without FastAPI's per-request machinery
-            (:mod:`delayq.web.fast`; same answers, several times the rate).  ``False``
-            leaves every request to FastAPI, e.g. to compare.
+        stopping: once set, long polls (``reserve`` with ``wait``) answer at once with
+            no task instead of holding up the server's graceful stop (``delayq web``
+            sets it on SIGTERM).
     """
     tokens = tokens if tokens is not None else Tokens()
-    app = DelayqApp(
+    app = FastAPI(
         title=title,
         version=delayq.__version__,
         openapi_url="/api/openapi.json",
@@ -51,37 +62,80 @@ def create_app(
         redoc_url=None,
     )
     app.state.delayq_queue = queue
-    errors.install(app)
-    api = Api(queue, tokens)
+    install(app)
+    api = Api(queue, tokens, stopping)
     app.include_router(api.router())
-    dashboard.install(app)
-    limit = queue.max_body_bytes + BODY_MARGIN
-    app.add_middleware(BodyLimit, limit=limit)
-    app.add_middleware(EncodedSlashes)
-    if fast_lane:
-        app.fast_lane = FastLane(api, limit)
-    return app
+    install_dashboard(app)
+    documented = api.router(documented=True).routes
+    document: dict[str, Any] = {}
+
+    def openapi() -> dict[str, Any]:
+        # FastAPI's own generator, given every route as FastAPI routes (the per-task ones
+        # declared with the same methods and models), as FastAPI's docs extend OpenAPI.
+        if not document:
+            document.update(get_openapi(title=title, version=delayq.__version__, routes=documented))
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return DelayqApp(app, per_task_routes(api), queue.max_body_bytes + BODY_MARGIN)
 
 
-class DelayqApp(FastAPI):
-    """FastAPI, with :mod:`delayq.web.fast` in front: the per-task routes are answered
-    before FastAPI's middleware stack and router are entered; everything else goes on."""
+class DelayqApp:
+    """The ASGI app :func:`create_app` returns.
 
-    fast_lane: FastLane | None = None
+    The five per-task routes (:mod:`delayq.web.endpoint`) are answered here, before a
+    FastAPI app is entered: FastAPI's per-request machinery would cost more than the send
+    itself.  Every other request goes to :attr:`fastapi`.  Every HTTP request keeps its
+    encoded slashes (:func:`keep_encoded_slashes`) and has its body bounded
+    (:class:`BodyLimit`).
+
+    Attributes:
+        fastapi: the FastAPI app of the other routes, the dashboard and the OpenAPI
+            document (which describes every route).
+    """
+
+    def __init__(self, fastapi: FastAPI, routes: list[Route], limit: int) -> None:
+        self.fastapi = fastapi
+        self.routes = routes
+        self.http = BodyLimit(self._route, limit)
+
+    @property
+    def state(self) -> State:
+        """The FastAPI app's state (``delayq_queue``: the queue served)."""
+        return self.fastapi.state
+
+    def openapi(self) -> dict[str, Any]:
+        """The OpenAPI document (also served at ``/api/openapi.json``)."""
+        return self.fastapi.openapi()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        lane = self.fast_lane
-        if lane is not None and scope["type"] == "http":
-            route = lane.route(keep_encoded_slashes(scope))
-            if route is not None:
-                await lane.answer(route, scope, receive, send)
+        if scope["type"] == "http":
+            await self.http(keep_encoded_slashes(scope), receive, send)
+        else:  # the lifespan
+            await self.fastapi(scope, receive, send)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        for route in self.routes:
+            match, child = route.matches(scope)
+            if match is Match.FULL:
+                scope.update(child)  # as Starlette's router does
+                await route.handle(scope, receive, send)
                 return
-        await super().__call__(scope, receive, send)
+            if match is Match.PARTIAL:  # the path of a per-task route, another method
+                refused = HTTPException(405, "Method Not Allowed", headers={"Allow": "POST"})
+                await response_for(refused)(scope, receive, send)
+                return
+        await self.fastapi(scope, receive, send)
 
 
 def keep_encoded_slashes(scope: Scope) -> Scope:
-    """``scope`` with ``%2F`` in its path kept as :data:`~delayq.web.api.SLASH` (see
-    :class:`EncodedSlashes`)."""
+    """``scope`` with ``%2F`` inside a path segment kept, as :data:`~delayq.web.api.SLASH`.
+
+    ASGI servers decode the path before routing, so a topic ``orders/eu`` sent as
+    ``orders%2Feu`` would otherwise be two segments.  The segment arrives with
+    :data:`~delayq.web.api.SLASH` in its place, which the routes turn back into ``/`` (no
+    topic or id holds a control character).
+    """
     raw = scope.get("raw_path")
     if raw and b"%2f" in raw.lower():
         # Some servers (and httpx's ASGI transport) leave the query on raw_path.
@@ -89,21 +143,6 @@ def keep_encoded_slashes(scope: Scope) -> Scope:
         text = text.replace("%2F", "%1F").replace("%2f", "%1F")
         return dict(scope, path=unquote(text))
     return scope
-
-
-class EncodedSlashes:
-    """Keep ``%2F`` inside a path segment: ASGI servers decode the path before routing, so
-    a topic ``orders/eu`` sent as ``orders%2Feu`` would otherwise be two segments.  The
-    segment arrives with :data:`~delayq.web.api.SLASH` in its place, which the routes turn
-    back into ``/`` (no topic or id holds a control character)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope = keep_encoded_slashes(scope)
-        await self.app(scope, receive, send)
 
 
 class BodyLimit:
@@ -135,7 +174,7 @@ class BodyLimit:
 
 
 async def _too_large(send: Send, limit: int) -> None:
-    body = errors.ApiError(error="too_large", message=f"request body over {limit} bytes")
+    body = ApiError(error="too_large", message=f"request body over {limit} bytes")
     data = body.model_dump_json().encode()
     headers: list[Any] = [
         (b"content-type", b"application/json"),
@@ -145,4 +184,4 @@ async def _too_large(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-__all__ = ["SLASH", "create_app"]
+__all__ = ["SLASH", "DelayqApp", "create_app"]

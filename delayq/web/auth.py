@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
 from delayq.errors import InvalidInputError
+from delayq.web.errors import ApiProblem
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -131,3 +132,20 @@ class Tokens:
         if "admin" in granted:
             return SCOPES
         return frozenset(granted)
+
+
+def authorize(tokens: Tokens, scope: Scope, credentials: str | None) -> frozenset[str]:
+    """The scopes granted to a request that presented bearer ``credentials`` (None: no
+    bearer token), if they include ``scope``; else the 401 or 403 to answer."""
+    if tokens.anonymous_read:
+        if scope == "read":
+            return frozenset({"read"})
+        raise ApiProblem(403, "forbidden", "read-only: no token is configured for writes")
+    if credentials is None:
+        raise ApiProblem(401, "unauthorized", "a bearer token is required")
+    granted = tokens.scopes_of(credentials)
+    if not granted:
+        raise ApiProblem(401, "unauthorized", "unknown token")
+    if scope not in granted:
+        raise ApiProblem(403, "forbidden", f"this token lacks the {scope!r} scope")
+    return granted

@@ -17,6 +17,8 @@ status  when
 from __future__ import annotations
 
 import logging
+import re
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from fastapi.exceptions import RequestValidationError
@@ -25,7 +27,10 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from delayq.errors import (
+    BodyTooLargeError,
+    BodyValidationError,
     DelayqError,
+    InvalidHeadersError,
     InvalidInputError,
     LeaseLostError,
     NotDurableError,
@@ -35,7 +40,7 @@ from delayq.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from fastapi import FastAPI, Request
 
@@ -78,15 +83,41 @@ def _response(status: int, body: ApiError, headers: dict[str, str] | None = None
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
-def field_of(exc: InvalidInputError, fields: dict[str, str]) -> str | None:
-    """The request field an error of the core names: its messages start with the
-    argument's name (``delay must be ...``, ``topic 'a b' contains ...``); ``fields`` maps
-    such a name to the request's field."""
+ARGUMENT = re.compile(
+    r"""([a-z][a-z0-9_]*)(?: '[^']*'| "[^"]*")?(?: must\b| is\b| contains\b|[=:])"""
+)
+"""How the core's messages about a bad argument start: ``delay must be ...``, ``topic 'a b'
+contains ...``, ``task_id is longer ...``."""
+
+
+def argument_of(exc: InvalidInputError) -> str | None:
+    """The name of the argument an error of the core is about, if its message names one
+    (headers' errors are about ``headers``, a lease token's about ``token``)."""
+    if isinstance(exc, InvalidHeadersError):
+        return "headers"
+    if isinstance(exc, (BodyTooLargeError, BodyValidationError)):
+        return "body"
     message = str(exc)
-    for name, field in fields.items():
-        if message.startswith((name + " ", name + "=", name + ":")):
-            return field
-    return None
+    if message.startswith("lease token "):
+        return "token"
+    found = ARGUMENT.match(message)
+    return found.group(1) if found else None
+
+
+@contextmanager
+def naming(*fields: str) -> Iterator[None]:
+    """Answer the core's ``InvalidInputError`` with a 422 naming whichever of ``fields``
+    its message is about (a lease token's errors name ``token``)."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        raise renamed(exc, fields) from None
+
+
+def renamed(exc: InvalidInputError, fields: tuple[str, ...]) -> ApiProblem:
+    """The 422 that :func:`naming` answers ``exc`` with."""
+    argument = argument_of(exc)
+    return invalid(str(exc), argument if argument in fields or argument == "headers" else None)
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -112,17 +143,18 @@ def whole_body(content_type: str, problem: str) -> ApiError:
     return ApiError(error="invalid_input", message=f"request body: {problem}", field=None)
 
 
-def invalid_request(errors: Sequence[Any], content_type: str) -> JSONResponse:
+def invalid_request(errors: Sequence[Any], content_type: str) -> ApiProblem:
     """The 422 for pydantic's errors about a request, located FastAPI's way (``body``,
     ``query`` or ``path`` first): the first error, naming its field."""
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     loc = [str(part) for part in first.get("loc", ())]
     if loc[:1] == ["body"] and (len(loc) == 1 or first.get("type") == "json_invalid"):
         # The request body as a whole: not JSON, or not an object.
-        return _response(422, whole_body(content_type, str(first.get("msg"))))
+        body = whole_body(content_type, str(first.get("msg")))
+        return ApiProblem(422, body.error, body.message)
     field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
     message = f"{field}: {first.get('msg')}" if field else str(first.get("msg"))
-    return _response(422, ApiError(error="invalid_input", message=message, field=field))
+    return invalid(message, field)
 
 
 def response_for(exc: Exception, content_type: str = "") -> JSONResponse:
@@ -135,7 +167,7 @@ def response_for(exc: Exception, content_type: str = "") -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return _response(exc.status, exc.body, headers)
     if isinstance(exc, RequestValidationError):
-        return invalid_request(exc.errors(), content_type)
+        return response_for(invalid_request(exc.errors(), content_type))
     if isinstance(exc, HTTPException):
         if exc.status_code == 400:  # FastAPI's "error parsing the body" (not UTF-8...)
             return _response(422, whole_body(content_type, str(exc.detail)))
@@ -147,9 +179,7 @@ def response_for(exc: Exception, content_type: str = "") -> JSONResponse:
     if isinstance(exc, InvalidInputError):
         return _response(422, ApiError(error="invalid_input", message=str(exc)))
     if isinstance(exc, REDIS_SIDE):
-        log.warning("answering 503: %s", exc)
-        body = ApiError(error="unavailable", message=f"{type(exc).__name__}: {exc}")
-        return _response(503, body, {"Retry-After": "1"})
+        return unavailable(exc)
     if isinstance(exc, DelayqError):
         log.error("answering 500: %s", exc, exc_info=exc)
         return _response(500, ApiError(error="internal", message=type(exc).__name__))
@@ -157,6 +187,22 @@ def response_for(exc: Exception, content_type: str = "") -> JSONResponse:
 
 
 REDIS_SIDE = (RedisUnavailableError, RedisAuthError, RedisOutOfMemoryError, NotDurableError)
+"""The errors answered with 503: Redis is unreachable, refused us, or is out of memory."""
+RETRY_AFTER = 1
+"""Seconds a 503 asks the client to wait before retrying (``Retry-After``)."""
+
+
+def unavailable(exc: Exception) -> JSONResponse:
+    """The 503 for one of :data:`REDIS_SIDE`, with ``Retry-After``."""
+    log.warning("answering 503: %s", exc)
+    body = ApiError(error="unavailable", message=f"{type(exc).__name__}: {exc}")
+    return _response(503, body, {"Retry-After": str(RETRY_AFTER)})
+
+
+def invalid_input(exc: InvalidInputError) -> JSONResponse:
+    """The 422 for bad input, naming the argument at fault when the message does."""
+    body = ApiError(error="invalid_input", message=str(exc), field=argument_of(exc))
+    return _response(422, body)
 
 
 def install(app: FastAPI) -> None:

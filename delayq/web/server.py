@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
 import threading
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from delayq.web.app import create_app
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import Iterator
+    from types import FrameType
 
     from delayq.queue import Queue
     from delayq.web.auth import Tokens
@@ -22,106 +23,36 @@ if TYPE_CHECKING:
 log = logging.getLogger("delayq.web")
 
 GRACEFUL_STOP = 10
-"""Seconds requests in flight (a long poll waits up to 30) get after SIGTERM/SIGINT.  A
-long poll cut short may have leased tasks it could not hand over: their leases expire
-after their TTR and they are delivered again."""
+"""Seconds requests in flight get after SIGTERM/SIGINT.  Long polls end at once (with no
+task; one cut while it leased leaves its tasks to be delivered again after their TTR)."""
+EXIT_CHECK = 0.1
+"""Seconds between looks at whether uvicorn was asked to stop (uvicorn's own interval)."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server, but a signal ends ``serve()`` normally: uvicorn raises the signal
-    again after its graceful stop, which would end the process before ``delayq web``
-    closes its queue."""
+@contextlib.contextmanager
+def stopped_by_signals(server: uvicorn.Server) -> Iterator[None]:
+    """SIGINT and SIGTERM stop ``server`` and let ``serve()`` return normally.
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
-        try:
-            yield
-        finally:
-            for sig, handler in original.items():
-                signal.signal(sig, handler)
-
-
-class CorkedTransport:
-    """A transport whose writes made in one step of the event loop leave as one.
-
-    uvicorn writes a response's head and its body separately: two system calls, and two
-    TCP segments the client wakes for, per request of the API's hot path.  Held until the
-    response is complete (:meth:`flush`, see :func:`http_protocol`) or the end of the loop
-    step (``call_soon``), whichever comes first, and joined, they are one.  Everything but
-    writing is the wrapped transport's.
+    uvicorn handles both signals while it serves, and after its graceful stop raises the
+    one it got again, for the handler that was in place before: this one, which only asks
+    the server to stop (again), so that ``delayq web`` goes on to close its queue and
+    exits 0.  It also covers a signal that arrives before uvicorn installed its own.
     """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: list[bytes] = []
+    def stop(sig: int, _frame: FrameType | None) -> None:
+        log.debug("stopping on signal %d", sig)
+        server.should_exit = True
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self._pending:
-            self._loop.call_soon(self._flush)
-        self._pending.append(bytes(data))
-
-    def flush(self) -> None:
-        """Send what is held now (a response is complete: nothing more of it will come)."""
-        self._flush()
-
-    def writelines(self, lines: Any) -> None:
-        for data in lines:
-            self.write(data)
-
-    def _flush(self) -> None:
-        if self._pending:
-            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
-            self._pending.clear()
-            if not self._transport.is_closing():
-                self._transport.write(data)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def write_eof(self) -> None:
-        self._flush()
-        self._transport.write_eof()
-
-    def is_closing(self) -> bool:
-        # Defined, not left to __getattr__: uvicorn asks once per response, and a name
-        # found only by __getattr__ costs an AttributeError raised and caught first.
-        return self._transport.is_closing()
-
-    def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
-def http_protocol() -> type[asyncio.Protocol] | str:
-    """uvicorn's httptools protocol on a :class:`CorkedTransport` (its default, "auto",
-    without httptools)."""
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    except ImportError:  # pragma: no cover (the web extra installs httptools)
-        return "auto"
-
-    class Corked(HttpToolsProtocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.corked = CorkedTransport(cast("asyncio.Transport", transport), self.loop)
-            super().connection_made(cast("asyncio.Transport", self.corked))
-
-        def on_response_complete(self) -> None:
-            # The response's last byte is written: send it now rather than at the next
-            # step of the loop (one poll of the loop later), so that the client has it
-            # while the request's task unwinds.
-            self.corked.flush()
-            super().on_response_complete()
-
-    return Corked
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 async def serve(
@@ -138,9 +69,24 @@ async def serve(
             "no token configured: the API is read-only and reads need no token "
             "(give --token-file or $DELAYQ_WEB_TOKENS to allow writes)"
         )
+    stopping = asyncio.Event()
     config = uvicorn.Config(
-        create_app(queue, tokens), host=host, port=port, access_log=access_log,
-        log_config=None, lifespan="off", server_header=False, http=http_protocol(),
+        create_app(queue, tokens, stopping=stopping), host=host, port=port, access_log=access_log,
+        log_config=None, lifespan="off", server_header=False,
         timeout_graceful_shutdown=GRACEFUL_STOP,
     )  # fmt: skip
-    await _Server(config).serve()
+    server = uvicorn.Server(config)
+    with stopped_by_signals(server):
+        async with asyncio.TaskGroup() as group:
+            watcher = group.create_task(_end_long_polls(server, stopping))
+            await server.serve()
+            watcher.cancel()
+
+
+async def _end_long_polls(server: uvicorn.Server, stopping: asyncio.Event) -> None:
+    """Set ``stopping`` once ``server`` is asked to stop (``should_exit``, which uvicorn
+    itself looks at this often), so that long polls do not hold up the graceful stop."""
+    # A look, not an event: ``should_exit`` is the stop uvicorn's public API exposes.
+    while not server.should_exit:  # noqa: ASYNC110
+        await asyncio.sleep(EXIT_CHECK)
+    stopping.set()

@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from delayq import Queue
 from delayq.web import Tokens, create_app
+from delayq.web.app import DelayqApp
 
 TOKENS = {
     "read": "read-token-0123456789",
@@ -29,12 +29,12 @@ def tokens() -> Tokens:
 
 
 @pytest.fixture
-def app(queue: Queue) -> FastAPI:
+def app(queue: Queue) -> DelayqApp:
     return create_app(queue, tokens())
 
 
 @pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+async def client(app: DelayqApp) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://delayq") as client:
         yield client

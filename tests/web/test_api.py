@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from delayq import Queue
 from delayq.web import create_app
+from delayq.web.app import DelayqApp
 from tests.helpers import expire_lease, stored
 from tests.web.conftest import auth, tokens
 
@@ -321,7 +322,7 @@ async def test_one_topic_and_its_pause(client: httpx.AsyncClient, queue: Queue) 
     assert empty["delayed"] == 0
 
 
-def test_the_openapi_document_types_every_model(app: FastAPI) -> None:
+def test_the_openapi_document_types_every_model(app: DelayqApp) -> None:
     document = app.openapi()
     schemas = document["components"]["schemas"]
     for wanted in ("SendRequest", "TaskInfo", "LeasedTask", "ReserveResult", "ApiError",

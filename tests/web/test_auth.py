@@ -7,17 +7,21 @@ import re
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from starlette.routing import Route
 
 from delayq import InvalidInputError, Queue
 from delayq.web import Tokens, create_app
+from delayq.web.api import Api
+from delayq.web.app import DelayqApp
 from delayq.web.auth import SCOPES
+from delayq.web.endpoint import routes as per_task_routes
 from tests.web.conftest import TOKENS, auth, tokens
 
 SAMPLE = {"topic": "t", "task_id": "some-id", "token": "1MV8xH3QfHzE"}
 
 
-def api_routes(app: FastAPI) -> list[tuple[str, str, str]]:
+def api_routes(app: DelayqApp) -> list[tuple[str, str, str]]:
     """(method, path with sample values, required scope) of every operation of the app's
     OpenAPI document, which FastAPI builds from every route (none is left out of it)."""
     found = []
@@ -30,7 +34,7 @@ def api_routes(app: FastAPI) -> list[tuple[str, str, str]]:
     return found
 
 
-def test_the_api_has_the_routes_of_the_issue(app: FastAPI) -> None:
+def test_the_api_has_the_routes_of_the_issue(app: DelayqApp) -> None:
     paths = {(method, path) for method, path, _ in api_routes(app)}
     assert len(paths) >= 14
     assert ("POST", "/api/leases/1MV8xH3QfHzE/ack") in paths
@@ -38,7 +42,7 @@ def test_the_api_has_the_routes_of_the_issue(app: FastAPI) -> None:
 
 
 async def test_every_endpoint_refuses_a_missing_or_unknown_token(
-    app: FastAPI, client: httpx.AsyncClient
+    app: DelayqApp, client: httpx.AsyncClient
 ) -> None:
     for method, path, _scope in api_routes(app):
         for headers in ({}, {"Authorization": "Bearer not-a-known-token-at-all"},
@@ -50,7 +54,7 @@ async def test_every_endpoint_refuses_a_missing_or_unknown_token(
 
 
 async def test_every_endpoint_refuses_a_token_without_its_scope(
-    app: FastAPI, client: httpx.AsyncClient
+    app: DelayqApp, client: httpx.AsyncClient
 ) -> None:
     checked = 0
     for method, path, scope in api_routes(app):
@@ -65,7 +69,7 @@ async def test_every_endpoint_refuses_a_token_without_its_scope(
 
 
 async def test_every_endpoint_lets_its_scope_and_admin_through(
-    app: FastAPI, client: httpx.AsyncClient
+    app: DelayqApp, client: httpx.AsyncClient
 ) -> None:
     for method, path, scope in api_routes(app):
         for who in ({"admin", scope} - {"any"}) or {"read"}:
@@ -130,3 +134,19 @@ def test_a_token_seen_before_grants_the_same_and_nothing_else() -> None:
 def test_bad_token_configurations_are_refused(text: str) -> None:
     with pytest.raises(InvalidInputError):
         Tokens.parse(text)
+
+
+def test_every_served_route_is_in_the_openapi_document(app: DelayqApp, queue: Queue) -> None:
+    api = Api(queue, tokens())
+    served = {
+        (method, route.path)
+        for route in [*per_task_routes(api), *api.router().routes]
+        if isinstance(route, (Route, APIRoute))
+        for method in route.methods or ()
+    }
+    documented = {
+        (method.upper(), path)
+        for path, operations in app.openapi()["paths"].items()
+        for method in operations
+    }
+    assert served == documented

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.redis_server import RedisServer
@@ -59,3 +62,23 @@ def test_a_missing_token_file_is_a_clear_error(tmp_path: Path, redis_server: Red
     )  # fmt: skip
     assert done.returncode == 2
     assert "cannot read token file" in done.stderr
+
+
+def test_sigterm_ends_long_polls_and_stops_cleanly(
+    make_redis_server: Callable[..., RedisServer], queue_name: str, tmp_path: Path
+) -> None:
+    server = make_redis_server()
+    redis = server.client()
+    with WebServer(server.url, queue_name, tmp_path) as web, ThreadPoolExecutor(1) as pool:
+        url = f"{web.url}/api/topics/idle/reserve"
+        poll = pool.submit(call, url, "POST", {"wait": 30}, TOKENS["consume"])
+        deadline = time.monotonic() + 10
+        while not redis.execute_command("PUBSUB", "NUMPAT") and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the long poll listens for wake-ups
+        assert redis.execute_command("PUBSUB", "NUMPAT"), "the long poll never started"
+        assert web.stop() == 0
+        # Answered, not cut by uvicorn at the end of its graceful stop (which logs ERROR).
+        assert poll.result(timeout=30) == (200, {"tasks": []})
+    log = web.log.read_text()
+    assert "Traceback" not in log, log
+    assert " ERROR " not in log, log

@@ -8,9 +8,34 @@
 -- passes the consuming worker's defaults in ARGV.  The body is stored apart, so a script
 -- rewrites attempts/token/due without ever reading or decoding the body.
 
+-- A topic's time is Redis's TIME plus clock_offset: the milliseconds a test clock
+-- (delayq.testing.run_due) moved it on, kept in <prefix>clock.  Production scripts read no
+-- such key (READ_CLOCK is false, the offset the constant 0), so they cost and return what
+-- they did before test clocks existed.  A process with a test clock runs copies of the
+-- scripts in which the loader set READ_CLOCK to true (delayq/redis/scripts.py); in those,
+-- the offset stays nil until the script reads it (load_buckets, or load_clock), so that
+-- now_ms() in a script that forgot to fails loudly instead of reading the real time.
+local READ_CLOCK = false
+local clock_offset = not READ_CLOCK and 0 or nil
+
+-- Read the topic's clock offset from `key` (<prefix>clock; absent: 0); an error reply when
+-- it holds anything but a whole number.
+local function load_clock(key)
+  local raw = redis.call('GET', key)
+  clock_offset = 0
+  if raw then
+    clock_offset = tonumber(raw)
+    if not clock_offset or clock_offset ~= math.floor(clock_offset) then
+      clock_offset = nil
+      return redis.error_reply('ERR delayq key ' .. key .. ' holds "' .. raw .. '", not a clock offset')
+    end
+  end
+  return nil
+end
+
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + clock_offset
 end
 
 -- Returns a table of the header fields, or nil for an unreadable string.

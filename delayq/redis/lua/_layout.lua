@@ -8,6 +8,7 @@
 --   <prefix>slot:<n>    ZSET id -> due ms, at most SLOT_MAX entries (the schedule, cut in slots)
 --   <prefix>wheel       ZSET n -> the slot's lower bound ms (every entry of the slot is >= it)
 --   <prefix>slots       STRING counter that numbers new slots
+--   <prefix>clock       STRING ms a test clock moved the topic's time on (absent: 0; _envelope.lua)
 --   <prefix>prio, <prefix>prio:ready, <prefix>prio:mark: where tasks with a priority wait
 --                       (see _priority.lua; prio_keys below)
 -- These names are built here from the prefix passed in KEYS (it carries the topic's hash tag),
@@ -66,9 +67,16 @@ local LISTPACK_VALUE_MAX = 64
 local SPLITS_PER_CALL_MAX = 64
 local bucket_count, level
 
--- Read the bucket count before anything else in a script that touches tasks; returns an
--- error reply (nothing written yet) when the count key holds something else than a count.
+-- Read the bucket count before anything else in a script that touches tasks (and, under a
+-- test clock, the topic's clock offset: _envelope.lua); returns an error reply (nothing
+-- written yet) when either key holds something unreadable.
 local function load_buckets(prefix)
+  if READ_CLOCK then
+    local bad = load_clock(prefix .. 'clock')
+    if bad then
+      return bad
+    end
+  end
   local raw = redis.call('GET', prefix .. 'buckets')
   bucket_count = BUCKETS_MIN
   if raw then

@@ -66,7 +66,7 @@ if bad then
   return bad
 end
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + clock_offset
 bad = check_slots(prefix, wheel, now, now)
 if bad then
   return bad
@@ -173,7 +173,8 @@ history_add(prefix, cap, buried)
 -- oldest due first), then those below 0.  Each redis.call costs microseconds of overhead:
 -- the schedule is read and cut slot by slot and the reserved ZSET written once; only the
 -- buckets (one per task) are touched per task.
-local out = { tonumber(clock[1]) * 1000000 + tonumber(clock[2]), -1, skipped }
+local out = { tonumber(clock[1]) * 1000000 + tonumber(clock[2]) + clock_offset * 1000, -1,
+  skipped }
 local quota = ctl and control_quota(ctl, reserved, starts, now, max_tasks) or max_tasks
 local promoted, above, below = true, {}, {}
 if has_prio then

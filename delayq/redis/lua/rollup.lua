@@ -6,7 +6,8 @@
 -- The hash is a ring of 360 windows of 10 s (an hour): field "<ring slot>:<field>", and
 -- "<ring slot>:w" names the window the slot holds.  Counts for a window that found its slot
 -- holding an older window clear that slot first, so the hash never holds more than an hour
--- and needs no expiry.  Windows are Redis's clock (TIME), never a worker's.
+-- and needs no expiry.  Windows are Redis's clock (TIME), never a worker's, and the real
+-- one even under a test clock (_envelope.lua): the activity counted happened now.
 local key = KEYS[1] .. 'rollup'
 local window = math.floor(tonumber(redis.call('TIME')[1]) / 10)
 local slot = window % 360

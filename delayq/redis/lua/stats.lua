@@ -18,6 +18,10 @@
 --@include _layout
 local prefix, wheel, reserved, dead, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prio = prio_keys(prefix).index
+local bad = READ_CLOCK and load_clock(prefix .. 'clock')
+if bad then
+  return bad
+end
 local now = now_ms()
 local scheduled = tonumber(redis.call('HGET', meta_key(prefix), 'scheduled'))
     or count_schedule(prefix, wheel)

@@ -51,6 +51,10 @@ local function count(lo_text, hi_text)
   return total + redis.call('ZCOUNT', prio, range_lo, hi_text), estimated
 end
 
+local bad = READ_CLOCK and load_clock(prefix .. 'clock')
+if bad then
+  return bad
+end
 local now = now_ms()
 local out = { now }
 local due, due_estimated = count('-inf', int_text(now))

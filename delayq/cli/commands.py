@@ -1,32 +1,17 @@
-"""The ``delayq`` command: run a worker, and inspect or manage a queue.
-
-delayq worker myapp.tasks:queue --concurrency 50 [--topics a,b] [--grace 10] [--metrics-port 9100]
-delayq stats  myapp.tasks:queue          (or --url/--name without importing the app; add
-              --cluster for a Redis Cluster node's URL, or --sentinel H:P,... --service NAME)
-delayq get    myapp.tasks:queue order.close order-7
-delayq cancel myapp.tasks:queue order.close order-7
-delayq dead   myapp.tasks:queue order.close [--replay ID] [--limit 100]
-delayq pause  myapp.tasks:queue payment.capture      (and `delayq resume ...`)
-delayq web    myapp.tasks:queue --port 8080 [--token-file F]   (needs delayq[web])
-delayq periodic myapp.tasks:queue        (periodic topics and their next ticks)
-delayq history myapp.tasks:queue order.close [--limit 100] [--before SEQ] [--json]
-delayq archive myapp.tasks:queue --to postgresql+asyncpg://... [--every 60]  (delayq[archive])
-"""
+"""One function per ``delayq`` command, and the parser that picks one."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import importlib
 import json
-import logging
 import os
 import sys
-import threading
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from delayq.errors import AppImportError, DelayqError
+import delayq
+from delayq.cli.app import DEFAULT_NAME, queue_named
+from delayq.errors import AppImportError
 from delayq.queue import Queue
 from delayq.ticks import tick_id
 
@@ -34,53 +19,6 @@ if TYPE_CHECKING:
     from delayq.task import TaskInfo, TopicStats
 
 Command = Callable[[Queue, argparse.Namespace], Awaitable[int]]
-
-
-def load_queue(spec: str) -> Queue:
-    """Import ``module:attribute`` (or ``module.attribute``) and return the Queue it names.
-
-    Raises:
-        AppImportError: the module cannot be imported or the attribute is not a Queue.
-    """
-    module_name, sep, attr = spec.partition(":")
-    if not sep:
-        module_name, _, attr = spec.rpartition(".")
-    if not module_name or not attr:
-        raise AppImportError(f"expected module:attribute, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`, find the app next to us
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise AppImportError(f"cannot import {module_name!r}: {exc}") from exc
-    queue = getattr(module, attr, None)
-    if not isinstance(queue, Queue):
-        raise AppImportError(f"{spec!r} is not a delayq.Queue (got {type(queue).__name__})")
-    return queue
-
-
-def _open(args: argparse.Namespace) -> Queue:
-    if args.app:
-        return load_queue(args.app)
-    if args.sentinel:
-        if not args.service:
-            raise AppImportError("--sentinel needs --service NAME (the monitored primary)")
-        return Queue.from_sentinel(_addresses(args.sentinel), service=args.service, name=args.name)
-    url = args.url or os.environ.get("REDIS_URL")
-    if not url:
-        raise AppImportError("give an app (module:attribute) or --url / $REDIS_URL")
-    return Queue.from_url(url, name=args.name, cluster=args.cluster)
-
-
-def _addresses(text: str) -> list[tuple[str, int]]:
-    """``host:port,host:port`` -> [(host, port), ...]."""
-    found = []
-    for part in text.split(","):
-        host, sep, port = part.strip().rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise AppImportError(f"--sentinel takes host:port,... (got {part!r})")
-        found.append((host, int(port)))
-    return found
 
 
 def _info_json(info: TaskInfo) -> str:
@@ -104,6 +42,8 @@ async def _worker(queue: Queue, args: argparse.Namespace) -> int:
 
 async def _stats(queue: Queue, args: argparse.Namespace) -> int:
     stats = await queue.stats()
+    if not stats:
+        print(f"{queue_named(queue, args)} holds no tasks", file=sys.stderr)
     if args.json:
         print(json.dumps({t: s.model_dump() for t, s in stats.items()}, indent=2))
         return 0
@@ -141,7 +81,10 @@ async def _resume(queue: Queue, args: argparse.Namespace) -> int:
 async def _get(queue: Queue, args: argparse.Namespace) -> int:
     info = await queue.get(args.topic, args.task_id)
     if info is None:
-        print(f"no task {args.task_id!r} in topic {args.topic!r}", file=sys.stderr)
+        print(
+            f"no task {args.task_id!r} in topic {args.topic!r} of {queue_named(queue, args)}",
+            file=sys.stderr,
+        )
         return 1
     print(_info_json(info))
     return 0
@@ -206,6 +149,8 @@ async def _periodic(queue: Queue, args: argparse.Namespace) -> int:
 
 async def _history(queue: Queue, args: argparse.Namespace) -> int:
     records = await queue.history(args.topic, limit=args.limit, before=args.before)
+    if not records:
+        return await _no_history(queue, args)
     for record in records:
         if args.json:
             print(record.model_dump_json())
@@ -216,31 +161,46 @@ async def _history(queue: Queue, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _no_history(queue: Queue, args: argparse.Namespace) -> int:
+    """Tell an empty history from none kept: an app's declaration says, else what the
+    topic's workers recorded in Redis."""
+    declared = queue.topics.get(args.topic)
+    if declared is not None:
+        kept = declared.options.history
+    else:
+        kept = await queue.history.kept(args.topic)
+    where = f"topic {args.topic!r} of {queue_named(queue, args)}"
+    if not kept:
+        print(
+            f"{where} keeps no history (declare it with history=N, e.g. "
+            f"@queue.topic({args.topic!r}, history=1000), and run its workers)",
+            file=sys.stderr,
+        )
+        return 1
+    if args.before is None:
+        print(f"{where} keeps history, but no task of it has finished yet", file=sys.stderr)
+    return 0
+
+
 async def _archive(queue: Queue, args: argparse.Namespace) -> int:
     try:
-        from delayq.archive import Archiver
+        from delayq.archive.command import archive_command
     except ImportError as exc:
         raise AppImportError(
             f"delayq archive needs the archive extra (delayq[archive]): {exc}"
         ) from exc
-    archiver = Archiver(queue, args.to, table=args.table, batch=args.batch)
     topics = [t for t in args.topics.split(",") if t] if args.topics else None
-    try:
-        while True:
-            for topic, moved in (await archiver.archive_all(topics)).items():
-                if moved:
-                    print(f"archived {moved} record(s) of {topic}", flush=True)
-            if args.every is None:
-                return 0
-            await asyncio.sleep(args.every)
-    finally:
-        await archiver.close()
+    return await archive_command(
+        queue, args.to, table=args.table, batch=args.batch, migrate=args.migrate,
+        topics=topics, every=args.every,
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``delayq`` command."""
     parser = argparse.ArgumentParser(prog="delayq", description="Delayed tasks on Redis.")
     parser.add_argument("--log-level", default=os.environ.get("DELAYQ_LOG_LEVEL", "INFO"))
+    parser.add_argument("--version", action="version", version=f"delayq {delayq.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(
@@ -252,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if not app_required:
             sub.add_argument("--url", help="Redis URL (default $REDIS_URL) when no app is given")
-            sub.add_argument("--name", default="default", help="queue name when no app is given")
+            sub.add_argument(
+                "--name", help=f"queue name when no app is given (default {DEFAULT_NAME!r})"
+            )
             sub.add_argument("--cluster", action="store_true", help="--url is a Redis Cluster node")
             sub.add_argument("--sentinel", metavar="HOST:PORT,...", help="Sentinels to ask")
             sub.add_argument("--service", help="with --sentinel: the monitored primary's name")
@@ -300,104 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--limit", type=int, default=100)
     history.add_argument("--before", type=int, metavar="SEQ", help="older than this record")
     history.add_argument("--json", action="store_true", help="one JSON object per line")
-    archive = command("archive", _archive, "move history into SQL", app_required=False)
+    archive = command("archive", _archive, "copy history into SQL", app_required=False)
     archive.add_argument(
-        "--to", required=True, help="SQLAlchemy async URL, e.g. postgresql+asyncpg://"
-    )
+        "--to", required=True, action="append",
+        help="SQLAlchemy async URL, e.g. postgresql+asyncpg:// (repeat for more databases)",
+    )  # fmt: skip
+    archive.add_argument("--migrate", action="store_true", help="migrate a 0.1 archive table")
     archive.add_argument("--topics", help="comma-separated topics (default: all)")
     archive.add_argument("--table", default="delayq_history")
     archive.add_argument("--batch", type=int, default=500, help="records per transaction")
     archive.add_argument("--every", type=float, help="keep running: archive every N seconds")
     return parser
-
-
-async def _run(args: argparse.Namespace) -> int:
-    queue = _open(args)
-    try:
-        code: int = await args.handler(queue, args)
-        return code
-    finally:
-        await queue.close()
-
-
-ANYIO_THREAD = "AnyIO worker thread"
-"""The name of the threads ``anyio.to_thread.run_sync`` runs plain ``def`` handlers in."""
-LEFTOVER_TIMEOUT = 1.0
-"""How long tasks still running after the command are given to unwind before exit."""
-
-
-def run_and_abandon(
-    main_coro: Coroutine[Any, Any, int],
-    loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
-) -> int:
-    """Run ``main_coro`` like ``asyncio.run`` but never wait forever for leftovers.
-
-    ``asyncio.run`` cancels the tasks still pending at the end and waits for all of them.
-    A handler that swallows cancellation (the worker already released its lease, fenced)
-    would then keep the process alive after SIGTERM; we wait a moment and exit anyway.
-    """
-    loop = loop_factory()
-    try:
-        return loop.run_until_complete(main_coro)
-    finally:
-        leftovers = asyncio.all_tasks(loop)
-        for task in leftovers:
-            task.cancel()
-        if leftovers:
-            loop.run_until_complete(asyncio.wait(leftovers, timeout=LEFTOVER_TIMEOUT))
-        stuck = [task for task in leftovers if not task.done()]
-        if stuck:
-            logging.getLogger("delayq").error("exiting with %d task(s) still running", len(stuck))
-        else:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-
-def _loop_factory(command: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    """uvloop's event loop for ``delayq web`` when it is installed (the web extra brings
-    it, as uvicorn would pick it), else asyncio's."""
-    if command == "web":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop
-    return asyncio.new_event_loop
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``delayq`` command. Returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    level = logging.getLevelName(str(args.log_level).upper())
-    if not isinstance(level, int):
-        parser.error(f"unknown log level {args.log_level!r} (use DEBUG, INFO, WARNING or ERROR)")
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        code = run_and_abandon(_run(args), _loop_factory(args.command))
-    except KeyboardInterrupt:
-        code = 130
-    except DelayqError as exc:
-        print(f"delayq: {exc}", file=sys.stderr)
-        code = 2
-    _exit_past_handler_threads(code)
-    return code
-
-
-def _exit_past_handler_threads(code: int) -> None:
-    """Exit now if a plain ``def`` handler's thread still runs (abandoned at its TTR or at
-    the stop; its task was failed or handed back): Python would otherwise wait for it at
-    exit, and a thread cannot be killed."""
-    left = [t for t in threading.enumerate() if t.name == ANYIO_THREAD and t.is_alive()]
-    if left:
-        logging.getLogger("delayq").error(
-            "exiting with %d handler thread(s) still running (abandoned)", len(left)
-        )
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
