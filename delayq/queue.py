@@ -144,7 +144,7 @@ class Queue:
         are :meth:`topic`'s (``max_running=1``: a run never overlaps the previous one, on any worker).
 
         Args:
-            cron: a cron expression (5 fields, or 6 with seconds first), evaluated in ``tz``.
+            cron: a cron expression (5 fields, or 6 with seconds first), evaluated by cronsim in ``tz``.
             every: or a fixed interval (ticks at its multiples since the Unix epoch).
             tz: the IANA time zone of ``cron`` (default UTC).
             catch_up: which ticks missed while no worker could schedule them run: ``"latest"``,

@@ -112,7 +112,7 @@ class PeriodicOptions:
     like one.
 
     Attributes:
-        schedule: when it ticks (``cron``, ``every`` and ``tz``; see :func:`schedule`).
+        schedule: when it ticks (``cron``, ``every`` and ``tz`` of :meth:`~delayq.Queue.periodic`).
         catch_up: ticks missed while no worker could schedule them: ``"latest"`` runs the
             most recent one, ``"all"`` runs them all, oldest first (at most
             :data:`MAX_CATCH_UP`), ``"none"`` skips them.
@@ -124,12 +124,6 @@ class PeriodicOptions:
 
 def schedule(*, cron: str | None, every: Duration | None, tz: str | None) -> Schedule:
     """Validate a periodic topic's schedule: exactly one of ``cron`` and ``every``.
-
-    Args:
-        cron: a cron expression (5 fields, or 6 with seconds first), evaluated by cronsim
-            in ``tz``.
-        every: a fixed interval (ticks at its multiples since the Unix epoch).
-        tz: the IANA time zone of ``cron`` (default UTC; not with ``every``).
 
     Raises:
         InvalidScheduleError: a bad expression, interval or time zone (nothing is
