@@ -92,6 +92,10 @@ class Executor:
             # Leased, then left in the buffer past its deadline (a handler blocked the
             # loop): another worker may run it soon, so this one must not start.
             error = "TTRExceeded: the lease ran out before the handler started"
+            log.warning(
+                "%s/%s: its lease (TTR %gs) ran out before its handler started, on attempt %d",
+                topic.name, d.task_id, d.ttr, envelope.attempts,
+            )  # fmt: skip
             await self.nack(d, "retry", self._backoff_ms(d), error)
             return
         try:
@@ -126,6 +130,10 @@ class Executor:
         except BaseException as exc:
             if isinstance(exc, TimeoutError) and d.expired:
                 error = f"TTRExceeded: handler still running after its {task.ttr:g}s lease"
+                log.warning(
+                    "handler for %s/%s ran past its TTR of %gs on attempt %d of %d; cancelled",
+                    topic.name, d.task_id, task.ttr, task.attempt, task.max_attempts,
+                )  # fmt: skip
             else:
                 error = f"{type(exc).__name__}: {exc}"
                 log.warning(
