@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from delayq import Backoff, CallNext, Outcome, Queue, Task, Worker
+from delayq import Backoff, CallNext, Outcome, Queue, Task, Worker, pacing
+from delayq.pacing import Outage
 from tests.fixtures_delayq import StartWorker
+from tests.redis_server import RedisServer
 
 FAST_RETRY = Backoff(initial=0.05, jitter=0)
 
@@ -114,3 +117,139 @@ async def test_a_stop_cancels_middleware_without_a_ttr_reason_and_hands_the_task
     assert outcomes.items == []  # released, neither retried nor dead
     info = await queue.get("job", "t")
     assert info is not None and (info.state, info.attempts) == ("ready", 0)
+
+
+# -- a Redis outage -------------------------------------------------------------------------
+
+
+class Clock:
+    """A clock the test moves by hand (the Outage's only input besides its reports)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_outage_is_one_warning_then_at_most_one_line_a_minute_then_one_info_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="test.outage")
+    clock = Clock()
+    outage = Outage(logging.getLogger("test.outage"), clock=clock)
+    outage.reachable()  # no outage: nothing to say
+    for _ in range(3):  # three loops fail at once: one line
+        outage.failed("reserve on 'a'", OSError("refused"))
+    for _ in range(59):  # a failure a second for the rest of the minute: DEBUG only
+        clock.now += 1
+        outage.failed("ack", OSError("refused"))
+    clock.now += 1  # a minute after the first line: one reminder
+    outage.failed("reserve on 'b'", OSError("refused"))
+    clock.now += 30.5
+    outage.failed("ack", OSError("refused"))
+    outage.reachable()
+    outage.reachable()  # already told
+    told = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno > logging.DEBUG]
+    assert told == [
+        ("WARNING", "Redis is unreachable: reserve on 'a' failed (refused); "
+                    "retrying until it is back"),
+        ("WARNING", "Redis still unreachable after 60s (63 failed calls; "
+                    "the last: reserve on 'b': refused)"),
+        ("INFO", "Redis is reachable again, after 90.5s unreachable"),
+    ]  # fmt: skip
+    assert outage.down is False
+
+
+@pytest.fixture
+def server(make_redis_server: Callable[..., RedisServer]) -> RedisServer:
+    return make_redis_server()
+
+
+@pytest.fixture
+async def outage_queue(server: RedisServer, queue_name: str) -> AsyncIterator[Queue]:
+    """A queue on the server the test kills (asked for before ``start_worker``, so the
+    worker stops before this queue's client is closed)."""
+    queue = Queue.from_url(server.url, name=queue_name)
+    try:
+        yield queue
+    finally:
+        await queue.close()
+
+
+def outage_records(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name == "delayq.worker" and r.levelno >= logging.INFO and "Redis" in r.getMessage()
+    ]
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+async def test_a_worker_logs_an_outage_once_and_its_end_once(
+    server: RedisServer, outage_queue: Queue, start_worker: StartWorker,
+    caplog: pytest.LogCaptureFixture, how: str,
+) -> None:  # fmt: skip
+    """Four topics' fetch loops and the wake-up subscription fail, many times, while
+    Redis is down (killed: refused; frozen: no reply): one WARNING.  Back: one INFO line
+    with how long it was not."""
+    caplog.set_level(logging.DEBUG, logger="delayq")
+    done = asyncio.Event()
+    for name in ("a", "b", "c"):
+        outage_queue.topic(name)(lambda body: None)
+
+    @outage_queue.topic("d")
+    async def d(body: None) -> None:
+        done.set()
+
+    worker = await start_worker(outage_queue)
+    server.kill() if how == "killed" else server.pause()
+
+    def failed(what: str) -> bool:
+        return any(what in r.getMessage() for r in caplog.records if r.name == "delayq.worker")
+
+    # The fetch loops and the subscription failed (a frozen server's calls wait out their
+    # socket timeouts, one after another: the others' turn comes later), then more.
+    every = all if how == "killed" else any
+    await wait_until(lambda: every(failed(f"reserve on {t!r} failed") for t in "abcd")
+                     and failed("the wake-up subscription failed"))  # fmt: skip
+    failures = sum("failed" in r.getMessage() for r in caplog.records)
+    await wait_until(lambda: sum("failed" in r.getMessage() for r in caplog.records) > failures)
+    server.start() if how == "killed" else server.resume()
+    await outage_queue.send("d", None)
+    await asyncio.wait_for(done.wait(), 20)
+    await wait_until(lambda: not worker._outage.down)
+    told = outage_records(caplog)
+    assert len(told) == 2, told
+    (first_level, first), (last_level, last) = told
+    assert first_level == "WARNING" and first.startswith("Redis is unreachable: ")
+    assert last_level == "INFO" and last.startswith("Redis is reachable again, after ")
+
+
+async def test_while_redis_stays_down_a_worker_reminds_at_most_once_an_interval(
+    server: RedisServer, outage_queue: Queue, start_worker: StartWorker,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    interval = 0.5
+    monkeypatch.setattr(pacing, "OUTAGE_REMINDER", interval)
+    caplog.set_level(logging.INFO, logger="delayq")
+    for name in ("a", "b", "c"):
+        outage_queue.topic(name)(lambda body: None)
+    await start_worker(outage_queue)
+    server.kill()
+    await wait_until(lambda: len(outage_records(caplog)) >= 3)
+    server.start()
+    await wait_until(lambda: outage_records(caplog)[-1][0] == "INFO")
+    warnings = [
+        r for r in caplog.records
+        if r.name == "delayq.worker" and r.levelno == logging.WARNING
+    ]  # fmt: skip
+    assert warnings[0].getMessage().startswith("Redis is unreachable: ")
+    assert all(r.getMessage().startswith("Redis still unreachable after ") for r in warnings[1:])
+    # (How far apart the lines are is pinned, on a clock the test moves, by the test above.)
