@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
 from delayq import Backoff, CallNext, Outcome, Queue, Task, Worker, pacing
 from delayq.pacing import Outage
+from tests.apps.runner import APP, Spawner, app_env, module_command
 from tests.fixtures_delayq import StartWorker
 from tests.redis_server import RedisServer
 
@@ -253,3 +256,30 @@ async def test_while_redis_stays_down_a_worker_reminds_at_most_once_an_interval(
     assert warnings[0].getMessage().startswith("Redis is unreachable: ")
     assert all(r.getMessage().startswith("Redis still unreachable after ") for r in warnings[1:])
     # (How far apart the lines are is pinned, on a clock the test moves, by the test above.)
+
+
+# -- a clean stop ---------------------------------------------------------------------------
+
+
+async def test_a_sigterm_of_delayq_worker_logs_no_error(
+    redis_url: str, queue_name: str, tmp_path: Path
+) -> None:
+    """After async and plain ``def`` handlers ran (the latter leave idle pool threads
+    behind), a SIGTERM stops the worker at exit status 0 with nothing at ERROR."""
+    spawner = Spawner(tmp_path)
+    try:
+        worker = spawner.spawn(module_command("worker", APP), app_env(redis_url, queue_name))
+        await worker.wait_started()
+        async with Queue.from_url(redis_url, name=queue_name) as queue:
+            await queue.send("blocking", {"sleep": 0}, task_id="sync")
+            await queue.send("count", {}, task_id="async")
+            await worker.wait_for_log("blocking handler started")
+            async with asyncio.timeout(15):
+                while await queue.get("blocking", "sync") or await queue.get("count", "async"):
+                    await asyncio.sleep(0.02)  # until both are acked
+        worker.send_signal(signal.SIGTERM)
+        assert await worker.wait() == 0
+        assert "worker stopped" in worker.log()
+        assert " ERROR " not in worker.log(), worker.log()
+    finally:
+        spawner.close()
