@@ -503,7 +503,7 @@ class Queue:
         Returns:
             Its state, body and schedule; None once it was acked or cancelled, or if unknown.
         """
-        return await get_task(self.scripts, self.shards, topic, task_id)
+        return await get_task(self.scripts, self.shards, topic, task_id, self)
 
     async def topic_names(self) -> list[str]:
         """The names of the topics this queue has used (sent to, or consumed), sorted."""
@@ -527,7 +527,7 @@ class Queue:
         Raises:
             InvalidInputError: ``limit`` < 1 or ``offset`` < 0.
         """
-        return await dead_letters(self.scripts, self.shards, topic, limit, offset)
+        return await dead_letters(self.scripts, self.shards, topic, limit, offset, self)
 
     async def replay(self, topic: str, task_id: str) -> bool:
         """Move a dead-lettered task back to ready (due now), its attempts reset.
