@@ -14,9 +14,9 @@ import pytest
 
 from delayq import Backoff, CallNext, Outcome, Queue, Task, Worker, pacing
 from delayq.pacing import Outage
+from delayq.testing import PrivateRedis
 from tests.apps.runner import APP, Spawner, app_env, module_command
 from tests.fixtures_delayq import StartWorker
-from tests.redis_server import RedisServer
 
 FAST_RETRY = Backoff(initial=0.05, jitter=0)
 
@@ -165,12 +165,12 @@ def test_an_outage_is_one_warning_then_at_most_one_line_a_minute_then_one_info_l
 
 
 @pytest.fixture
-def server(make_redis_server: Callable[..., RedisServer]) -> RedisServer:
+def server(make_redis_server: Callable[..., PrivateRedis]) -> PrivateRedis:
     return make_redis_server()
 
 
 @pytest.fixture
-async def outage_queue(server: RedisServer, queue_name: str) -> AsyncIterator[Queue]:
+async def outage_queue(server: PrivateRedis, queue_name: str) -> AsyncIterator[Queue]:
     """A queue on the server the test kills (asked for before ``start_worker``, so the
     worker stops before this queue's client is closed)."""
     queue = Queue.from_url(server.url, name=queue_name)
@@ -196,7 +196,7 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> No
 
 @pytest.mark.parametrize("how", ["killed", "frozen"])
 async def test_a_worker_logs_an_outage_once_and_its_end_once(
-    server: RedisServer, outage_queue: Queue, start_worker: StartWorker,
+    server: PrivateRedis, outage_queue: Queue, start_worker: StartWorker,
     caplog: pytest.LogCaptureFixture, how: str,
 ) -> None:  # fmt: skip
     """Four topics' fetch loops and the wake-up subscription fail, many times, while
@@ -236,7 +236,7 @@ async def test_a_worker_logs_an_outage_once_and_its_end_once(
 
 
 async def test_while_redis_stays_down_a_worker_reminds_at_most_once_an_interval(
-    server: RedisServer, outage_queue: Queue, start_worker: StartWorker,
+    server: PrivateRedis, outage_queue: Queue, start_worker: StartWorker,
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     interval = 0.5
