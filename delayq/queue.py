@@ -288,7 +288,7 @@ class Queue:
 
     async def get(self, topic: str, task_id: str) -> TaskInfo | None:
         """Look a task up by id: its state, body and schedule; None once acked or cancelled, or unknown."""
-        return await get_task(self.scripts, self.shards, topic, task_id)
+        return await get_task(self.scripts, self.shards, topic, task_id, self)
 
     async def topic_names(self) -> list[str]:
         """The names of the topics this queue has used (sent to, or consumed), sorted."""
@@ -306,7 +306,7 @@ class Queue:
         Raises:
             InvalidInputError: ``limit`` < 1 or ``offset`` < 0.
         """
-        return await dead_letters(self.scripts, self.shards, topic, limit, offset)
+        return await dead_letters(self.scripts, self.shards, topic, limit, offset, self)
 
     async def replay(self, topic: str, task_id: str) -> bool:
         """Move a dead-lettered task back to ready (due now), its attempts reset: True if it was dead."""

@@ -115,7 +115,7 @@ async def test_tick_script_schedules_each_tick_time_once_ever(queue: Queue) -> N
 def keeper_for(periodic: PeriodicOptions) -> Keeper:
     """A keeper for its choice of tick only (choose() touches neither Redis nor events)."""
     keys = TopicKeys.build("q", "sweep")
-    return Keeper(None, keys, periodic, None, None)  # type: ignore[arg-type]
+    return Keeper(None, keys, periodic, None, None, None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

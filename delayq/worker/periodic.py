@@ -24,13 +24,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from delayq.cancellation import first_of, raise_if_cancelling
-from delayq.errors import DelayqError
+from delayq.errors import DelayqError, RedisUnavailableError
 from delayq.pacing import RetryPacing
 from delayq.ticks import MAX_CATCH_UP, tick_id
 
 if TYPE_CHECKING:
     import asyncio
 
+    from delayq.pacing import Outage
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts, TickMode
     from delayq.ticks import PeriodicOptions
@@ -52,6 +53,7 @@ class Keeper:
         periodic: its schedule and catch-up mode.
         wake: set on a wake-up of the topic (a tick was stored, or someone moved time).
         stopping: set when the worker stops.
+        outage: the worker's, told whether each look at the chain reached Redis.
     """
 
     def __init__(
@@ -61,8 +63,10 @@ class Keeper:
         periodic: PeriodicOptions,
         wake: asyncio.Event,
         stopping: asyncio.Event,
+        outage: Outage,
     ) -> None:
         self._scripts = scripts
+        self._outage = outage
         self._keys = keys
         self._periodic = periodic
         self._wake = wake
@@ -80,12 +84,16 @@ class Keeper:
                 pause = await self.step()
             except DelayqError as exc:
                 pause = pacing.failed()
-                log.warning(
-                    "periodic %r: scheduling its next tick failed (%s); retrying in %.2fs",
-                    self._keys.topic, exc, pause,
-                )  # fmt: skip
+                if isinstance(exc, RedisUnavailableError):
+                    self._outage.failed(f"periodic {self._keys.topic!r}'s next tick", exc)
+                else:
+                    log.warning(
+                        "periodic %r: scheduling its next tick failed (%s); retrying in %.2fs",
+                        self._keys.topic, exc, pause,
+                    )  # fmt: skip
             else:
                 pacing.succeeded()
+                self._outage.reachable()
             if pause > 0:
                 await self._sleep(pause)
 

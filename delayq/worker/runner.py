@@ -31,13 +31,9 @@ import anyio
 from delayq.bounds import bounded_int
 from delayq.cancellation import cancel_all, first_of, raise_if_cancelling
 from delayq.duration import Duration, to_seconds
-from delayq.errors import (
-    DelayqError,
-    InvalidInputError,
-    LifespanError,
-)
+from delayq.errors import DelayqError, InvalidInputError, LifespanError, RedisUnavailableError
 from delayq.middleware import lifespan_context
-from delayq.pacing import RetryPacing
+from delayq.pacing import Outage, RetryPacing
 from delayq.redis.checks import wait_for_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope
@@ -116,14 +112,16 @@ class Worker:
         self._running = 0
         self._idle = asyncio.Event()
         self._shards = [(t, keys) for t in self.topics for keys in queue.shard_keys(t.name)]
-        self._wakeup = Wakeup(queue.redis, [keys.wake for _, keys in self._shards])
+        # One for all the worker's loops: an outage is one WARNING, not one per loop and retry.
+        self._outage = Outage(log)
+        self._wakeup = Wakeup(queue.redis, [keys.wake for _, keys in self._shards], self._outage)
         self._embedded: asyncio.Task[None] | None = None
         self.threads = concurrency if threads is None else threads
         bounded_int(self.threads, "threads", 1)
         self._executor = Executor(
             queue.scripts, self._deadlines, self._held,
             max_body_bytes=queue.max_body_bytes, ack_limit=concurrency,
-            reporter=Reporter(queue.hooks, on_outcome),
+            reporter=Reporter(queue.hooks, on_outcome), outage=self._outage,
         )  # fmt: skip
 
     def stop(self) -> None:
@@ -255,13 +253,12 @@ class Worker:
             if topic.options.periodic is not None:
                 keys = self.queue.keys(topic.name)
                 wake = self._wakeup.listener(keys.wake)
-                keepers.append(
-                    Keeper(self.queue.scripts, keys, topic.options.periodic, wake, self._stopping)
-                )
+                keepers.append(Keeper(self.queue.scripts, keys, topic.options.periodic, wake,
+                                      self._stopping, self._outage))  # fmt: skip
         return keepers
 
     async def _wait_for_redis(self) -> None:
-        await wait_for_server(self.queue.redis)
+        await wait_for_server(self.queue.redis, self._outage)
 
     # -- fetching ---------------------------------------------------------------------------
 
@@ -285,10 +282,15 @@ class Worker:
             except DelayqError as exc:
                 self._slots.give(wanted)
                 pause = pacing.failed()
-                log.warning("reserve on %r failed (%s); retrying in %.2fs", topic.name, exc, pause)
+                if isinstance(exc, RedisUnavailableError):
+                    self._outage.failed(f"reserve on {topic.name!r}", exc)
+                else:
+                    log.warning("reserve on %r failed (%s); retrying in %.2fs",
+                                topic.name, exc, pause)  # fmt: skip
                 await self._sleep(wake, pause)
                 continue
             pacing.succeeded()
+            self._outage.reachable()
             if found.skipped:
                 log_skipped(topic.name, found.skipped)
             if found.reclaimed and self.queue.hooks.listeners:

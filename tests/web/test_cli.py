@@ -82,3 +82,18 @@ def test_sigterm_ends_long_polls_and_stops_cleanly(
     log = web.log.read_text()
     assert "Traceback" not in log, log
     assert " ERROR " not in log, log
+
+
+def test_sigterm_after_serving_the_dashboard_logs_no_error(
+    redis_server: PrivateRedis, queue_name: str, tmp_path: Path
+) -> None:
+    """The static files are read in a worker thread, which is still alive at the stop: it
+    runs no handler, so the exit does not count it as one."""
+    with WebServer(redis_server.url, queue_name, tmp_path) as web:
+        for path in ("/", "/static/app.js"):
+            with urllib.request.urlopen(web.url + path, timeout=10) as response:
+                assert response.status == 200 and response.read()
+        assert web.stop() == 0
+    log = web.log.read_text()
+    assert " ERROR " not in log, log
+    assert "Traceback" not in log, log
