@@ -7,6 +7,7 @@ here; the public docstrings live on the queue.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 import logging
 from collections.abc import Sequence
@@ -15,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 from delayq.bounds import bounded_int
 from delayq.codec import encode_body
 from delayq.duration import to_millis
-from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, NotDurableError
+from delayq.errors import (
+    DelayqError,
+    InvalidDurationError,
+    InvalidInputError,
+    NotDurableError,
+    UnknownTopicError,
+)
 from delayq.events import Sending, TaskEvent
 from delayq.headers import check_headers, encode_headers
 from delayq.ids import new_task_id, new_task_ids
@@ -26,7 +33,7 @@ from delayq.task import SendResult, from_millis
 from delayq.topic import check_on_conflict, check_priority, task_overrides
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable, Mapping
+    from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
     from pydantic import TypeAdapter
     from redis.asyncio import Redis
@@ -60,6 +67,8 @@ class Producer:
         durable: waits for replicas after each send, when the queue asks for it.
         hooks: the queue's send hooks and event listeners.
         shards: routes a task of a sharded topic to its shard.
+        known: the topics a send may go to (those registered in this process), or None
+            for any topic; read at each send, so topics registered later count.
     """
 
     def __init__(
@@ -75,8 +84,10 @@ class Producer:
         durable: DurableSender | None,
         hooks: Hooks,
         shards: ShardMap,
+        known: Callable[[], Collection[str] | None] = lambda: None,
     ) -> None:
         self._redis = redis
+        self._known = known
         self._shards = shards
         self._hooks = hooks
         self.scripts = scripts
@@ -103,6 +114,7 @@ class Producer:
     ) -> SendResult:
         """Send one task due ``value_ms`` from now, or at Unix ms ``value_ms`` (``absolute``)."""
         keys = self._keys(topic)
+        self.check_known(topic)
         task_id = new_task_id() if task_id is None else check_task_id(task_id)
         if self._shards.counts.get(topic) != 1:  # unresolved yet, or sharded
             keys = await self._shards.route(topic, task_id)
@@ -154,6 +166,7 @@ class Producer:
     ) -> list[SendResult]:
         """Send many tasks to one topic, a script call per batch (see ``Queue.send_many``)."""
         keys = self._keys(topic)
+        self.check_known(topic)
         items = list(bodies)
         # Generated ids are sorted: with one delay for all, that is already the order below.
         ids = (
@@ -254,6 +267,14 @@ class Producer:
                     timeout_ms=exc.timeout_ms, unsent=sent_ids[(number + 1) * batch_size :],
                 ) from None  # fmt: skip
         return statuses
+
+    def check_known(self, topic: str) -> None:
+        """Raise :class:`UnknownTopicError` if sends are limited to registered topics
+        (``strict_topics``) and ``topic`` is not one of them."""
+        known = self._known()
+        if known is not None and topic not in known:
+            nearest = difflib.get_close_matches(topic, known, n=3, cutoff=0.6)
+            raise UnknownTopicError(topic, nearest, self._queue)
 
     async def cancel(self, topic: str, task_id: str) -> bool:
         """Run cancel.lua (see ``Queue.cancel``) and tell the listeners."""

@@ -59,12 +59,16 @@ class Queue:
         durability: make every send wait for replicas (``WAIT``, or ``WAITAOF`` on Redis
             >= 7.2 with AOF) and raise ``NotDurableError`` when too few confirm in time.
             ``None`` (default): a send returns once the primary stored the task.
+        strict_topics: refuse sends to a topic with no handler registered in this process
+            (``UnknownTopicError``, naming the nearest registered ones; nothing is written).
+            Settable later as ``queue.strict_topics``.  Off by default, so that producers
+            may send to topics that only other processes consume.
     """
 
     def __init__(
         self, redis: Redis | RedisCluster, *, name: str = "default",
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, past_tolerance: Duration = 5.0,
-        durability: Durability | None = None,
+        durability: Durability | None = None, strict_topics: bool = False,
     ) -> None:  # fmt: skip
         self.name = check_queue_name(name)
         bounded_int(max_body_bytes, "max_body_bytes", 1)
@@ -75,6 +79,7 @@ class Queue:
         if durability is not None and not isinstance(durability, Durability):
             raise InvalidInputError(f"durability must be a Durability, got {durability!r}")
         self.durability = durability
+        self.strict_topics = strict_topics
         self._cluster = is_cluster(redis)
         self._durable = durable_sender(redis, durability) if durability else None
         self.topics: dict[str, Topic[Any]] = {}
@@ -98,6 +103,7 @@ class Queue:
             self.redis, scripts, queue=self.name, keys=self.keys, adapter=self._adapter,
             max_body_bytes=self.max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,
             durable=self._durable, hooks=self.hooks, shards=self.shards,
+            known=lambda: self.topics if self.strict_topics else None,
         )  # fmt: skip
         self.consumer = Consumer(
             self.redis, scripts, queue=self.name, keys=self.keys, options=self.topic_options,
