@@ -221,6 +221,8 @@ class Worker:
         signals = install_signals(loop, self.stop) if handle_signals else []
         names = [t.name for t in self.topics]
         log.info("worker started: topics=%s concurrency=%d", names, self.concurrency)
+        for keeper in (keepers := self._keepers()):  # before any lease: see its docstring
+            await keeper.first_look()
         # Consumers live outside the TaskGroup: a handler that ignores cancellation (some
         # libraries swallow it on Python 3.11) must not keep run() from returning.
         consumers = [asyncio.create_task(self._consume()) for _ in range(self.concurrency)]
@@ -229,7 +231,7 @@ class Worker:
                 wakeup = group.create_task(self._wakeup.run(), name="delayq-wakeup")
                 acker = group.create_task(self._executor.acker.run(), name="delayq-acker")
                 fetchers = [group.create_task(self._fetch(t, k)) for t, k in self._shards]
-                fetchers += [group.create_task(keeper.run()) for keeper in self._keepers()]
+                fetchers += [group.create_task(keeper.run()) for keeper in keepers]
                 await self._stopping.wait()
                 await self._shutdown(fetchers, consumers, acker)
                 wakeup.cancel()
