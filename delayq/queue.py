@@ -244,8 +244,8 @@ class Queue:
                 cronsim in ``tz``; or
             every: a fixed interval (ticks at its multiples since the Unix epoch).
             tz: the IANA time zone of ``cron`` (default UTC).
-            catch_up: ticks missed while no worker could schedule them: ``"latest"`` runs
-                the most recent one, ``"all"`` runs them all, oldest first (at most
+            catch_up: ticks that fell due while no worker ran, the stored one included:
+                ``"latest"`` runs the most recent one, ``"all"`` all, oldest first (at most
                 :data:`~delayq.ticks.MAX_CATCH_UP`), ``"none"`` skips them.
             ttr: as for :meth:`topic`.
             max_attempts: as for :meth:`topic`.
