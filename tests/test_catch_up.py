@@ -156,3 +156,26 @@ def test_which_tick_follows_a_missed_stored_tick(
     assert after_last(periodic, 1_000, now, last_missed=True) == expected
     # A stored tick that fell due while a worker ran is late, not missed: never dropped.
     assert after_last(periodic, 1_000, now, last_missed=False)[1] is False
+
+
+@pytest.mark.parametrize("catch_up", ["none", "latest"])
+async def test_a_missed_stored_tick_on_a_cluster(
+    cluster: Any, queue_name: str, catch_up: Any
+) -> None:
+    """tick_look.lua and tick.lua touch only the topic's slot."""
+    queue = Queue.from_url(cluster.url, name=queue_name, cluster=True)
+    try:
+        ran: list[str] = []
+
+        @queue.periodic("report", every=timedelta(minutes=1), catch_up=catch_up)
+        async def report(task: Task) -> None:
+            ran.append(task.id)
+
+        first = await stored_tick(queue, "report")
+        await gap_until(queue, first + 2 * MINUTE + MINUTE // 2)
+        await run_due(queue, within=0)
+        assert ran == ([] if catch_up == "none" else [tick_id(first + 2 * MINUTE)])
+        page = await queue.upcoming("report", limit=10)
+        assert [task.id for task in page.tasks] == [tick_id(first + 3 * MINUTE)]
+    finally:
+        await queue.close()
