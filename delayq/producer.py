@@ -1,13 +1,13 @@
-"""Sending: validate and encode what a producer hands over, then run the send scripts (and cancel).
+"""Sending: validate and encode what a producer hands over, then run the send scripts (and
+cancel, reschedule).
 
-:class:`delayq.Queue` delegates ``send``, ``send_delayed``, ``send_at`` and ``send_many``
-here; the public docstrings live on the queue.
+:class:`delayq.Queue` delegates ``send``, ``send_delayed``, ``send_at``, ``send_many``,
+``cancel`` and ``reschedule`` here; the public docstrings live on the queue.
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import functools
 import logging
 from collections.abc import Sequence
@@ -15,25 +15,21 @@ from typing import TYPE_CHECKING, Any
 
 from delayq.bounds import bounded_int
 from delayq.codec import encode_body
-from delayq.duration import to_millis
-from delayq.errors import (
-    DelayqError,
-    InvalidDurationError,
-    InvalidInputError,
-    NotDurableError,
-    UnknownTopicError,
-)
+from delayq.duration import to_epoch_millis, to_millis
+from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, NotDurableError
 from delayq.events import Sending, TaskEvent
 from delayq.headers import check_headers, encode_headers
 from delayq.ids import new_task_id, new_task_ids
 from delayq.redis.cluster import run_command
 from delayq.redis.keys import check_task_id, shard_of, topics_key
 from delayq.redis.scripts import SEND_STATUS
+from delayq.strict import check_registered
 from delayq.task import SendResult, from_millis
 from delayq.topic import check_on_conflict, check_priority, task_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+    from datetime import datetime
 
     from pydantic import TypeAdapter
     from redis.asyncio import Redis
@@ -67,8 +63,8 @@ class Producer:
         durable: waits for replicas after each send, when the queue asks for it.
         hooks: the queue's send hooks and event listeners.
         shards: routes a task of a sharded topic to its shard.
-        known: the topics a send may go to (those registered in this process), or None
-            for any topic; read at each send, so topics registered later count.
+        topics: the topics registered in this process (read at each send).
+        strict: refuse sends to any other topic (``strict_topics``).
     """
 
     def __init__(
@@ -84,10 +80,12 @@ class Producer:
         durable: DurableSender | None,
         hooks: Hooks,
         shards: ShardMap,
-        known: Callable[[], Collection[str] | None] = lambda: None,
+        topics: Collection[str] = (),
+        strict: bool = False,
     ) -> None:
         self._redis = redis
-        self._known = known
+        self._topics = topics
+        self._strict = strict
         self._shards = shards
         self._hooks = hooks
         self.scripts = scripts
@@ -114,7 +112,8 @@ class Producer:
     ) -> SendResult:
         """Send one task due ``value_ms`` from now, or at Unix ms ``value_ms`` (``absolute``)."""
         keys = self._keys(topic)
-        self.check_known(topic)
+        if self._strict:
+            check_registered(topic, self._topics, self._queue)
         task_id = new_task_id() if task_id is None else check_task_id(task_id)
         if self._shards.counts.get(topic) != 1:  # unresolved yet, or sharded
             keys = await self._shards.route(topic, task_id)
@@ -166,7 +165,8 @@ class Producer:
     ) -> list[SendResult]:
         """Send many tasks to one topic, a script call per batch (see ``Queue.send_many``)."""
         keys = self._keys(topic)
-        self.check_known(topic)
+        if self._strict:
+            check_registered(topic, self._topics, self._queue)
         items = list(bodies)
         # Generated ids are sorted: with one delay for all, that is already the order below.
         ids = (
@@ -268,20 +268,29 @@ class Producer:
                 ) from None  # fmt: skip
         return statuses
 
-    def check_known(self, topic: str) -> None:
-        """Raise :class:`UnknownTopicError` if sends are limited to registered topics
-        (``strict_topics``) and ``topic`` is not one of them."""
-        known = self._known()
-        if known is not None and topic not in known:
-            nearest = difflib.get_close_matches(topic, known, n=3, cutoff=0.6)
-            raise UnknownTopicError(topic, nearest, self._queue)
-
     async def cancel(self, topic: str, task_id: str) -> bool:
         """Run cancel.lua (see ``Queue.cancel``) and tell the listeners."""
         cancelled = await self.scripts.cancel(await self._shards.route(topic, task_id), task_id)
         if cancelled and self._hooks.listeners:
             self._hooks.emit(TaskEvent("cancelled", topic, task_id))
         return cancelled
+
+    async def reschedule(
+        self, topic: str, task_id: str, delay: Duration | None, at: datetime | None
+    ) -> bool:
+        """Run reschedule.lua (see ``Queue.reschedule``): True if the task moved."""
+        if (delay is None) == (at is None):
+            raise InvalidInputError("reschedule takes exactly one of delay= or at=")
+        absolute = at is not None
+        value_ms = to_epoch_millis(at) if at is not None else to_millis(delay or 0, name="delay")
+        task_id = check_task_id(task_id)
+        status, when = await self.scripts.reschedule(
+            await self._shards.route(topic, task_id), task_id, absolute=absolute,
+            value_ms=value_ms, tolerance_ms=self._past_tolerance_ms,
+        )  # fmt: skip
+        if status < 0:
+            raise self.too_far_past(value_ms, when)
+        return status == 1
 
     async def announce(self, topics: Iterable[str]) -> None:
         """Record topic names in the queue's topic set, which ``stats`` reads."""

@@ -13,6 +13,7 @@ import delayq
 from delayq.cli.app import DEFAULT_NAME, queue_named
 from delayq.errors import AppImportError
 from delayq.queue import Queue
+from delayq.strict import strict_send_hook
 from delayq.ticks import tick_id
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ async def _web(queue: Queue, args: argparse.Namespace) -> int:
         if not queue.topics:  # every send would be refused
             print("delayq web: --strict-topics needs an app that registers topics", file=sys.stderr)
             return 2
-        queue.strict_topics = True
+        queue.hooks.on_send(strict_send_hook(queue.topics, queue.name))
     await serve(queue, tokens, host=args.host, port=args.port, access_log=not args.no_access_log)
     return 0
 
