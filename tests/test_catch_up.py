@@ -5,6 +5,7 @@ most recent missed tick, and ``"all"`` runs them all.  Queue time moves on the t
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ from delayq.testing import run_due
 from delayq.testing.clock import QueueClock
 from delayq.ticks import PeriodicOptions, after_last, schedule, tick_id
 from delayq.worker.periodic import ON_TIME_MS
+from tests.fixtures_delayq import StartWorker
 
 MINUTE = 60_000
 SCHEDULES: dict[str, tuple[dict[str, Any], int]] = {
@@ -156,6 +158,34 @@ def test_which_tick_follows_a_missed_stored_tick(
     assert after_last(periodic, 1_000, now, last_missed=True) == expected
     # A stored tick that fell due while a worker ran is late, not missed: never dropped.
     assert after_last(periodic, 1_000, now, last_missed=False)[1] is False
+
+
+async def test_workers_returning_together_never_run_a_skipped_tick(
+    queues: Any, start_worker: StartWorker
+) -> None:
+    """Each worker looks at its chains before it leases anything, so the missed stored tick
+    is gone before any of them could lease it."""
+    ran: list[str] = []
+    opened: list[Queue] = []
+    for _ in range(3):  # three processes' queues
+        queue = queues()
+
+        @queue.periodic("report", every=timedelta(minutes=1), catch_up="none")
+        async def report(task: Task) -> None:
+            ran.append(task.id)
+
+        opened.append(queue)
+    first = await stored_tick(queue, "report")
+    await gap_until(queue, first + MINUTE // 2)
+    workers = await asyncio.gather(*(start_worker(q, concurrency=4) for q in opened))
+
+    marker = await opened[0].send("report", None)  # due now: leased after any older tick
+    async with asyncio.timeout(10):
+        while marker not in ran or any(worker.held for worker in workers):
+            await asyncio.sleep(0.01)
+    assert ran == [marker]
+    page = await queue.upcoming("report", limit=10)
+    assert [task.id for task in page.tasks] == [tick_id(first + MINUTE)]
 
 
 @pytest.mark.parametrize("catch_up", ["none", "latest"])
