@@ -24,7 +24,7 @@ Redis that accepts connections but does not answer (stopped, or cut off by a par
 stay silent before a call fails.  Our scripts run in milliseconds; a Redis silent this long
 is stuck, and a caller told so in 2 s can act (a producer re-sends with the same id)."""
 
-QUEUE_OPTIONS = ("max_body_bytes", "past_tolerance", "durability")
+QUEUE_OPTIONS = ("max_body_bytes", "past_tolerance", "durability", "strict_topics")
 """Options of ``Queue`` itself; the others go to redis-py."""
 
 

@@ -34,7 +34,9 @@ Redis Cluster slot and every script can touch them atomically::
                                                channels, subscribed one by one, see wakeup.py)
     delayq:{shop:order.close}:periodic   HASH  a periodic topic's chain: fp (its schedule's
                                                fingerprint), last (latest tick scheduled, ms),
-                                               id (that tick's task id)
+                                               id (that tick's task id), judged + missed (the
+                                               last due tick looked at, and whether it fell due
+                                               with no worker there: tick_look.lua)
     delayq:{shop}:topics                 SET   topics that have been used (for stats)
 
 A sharded topic (``@queue.topic(name, shards=N)``, docs/cluster.md) spreads its tasks over N

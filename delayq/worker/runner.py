@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
@@ -46,6 +45,7 @@ from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 from delayq.worker.periodic import Keeper
 from delayq.worker.report import Reporter, log_skipped, tell_reclaimed
 from delayq.worker.rollup import prepare
+from delayq.worker.signals import install_signals
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
@@ -220,6 +220,8 @@ class Worker:
         signals = install_signals(loop, self.stop) if handle_signals else []
         names = [t.name for t in self.topics]
         log.info("worker started: topics=%s concurrency=%d", names, self.concurrency)
+        for keeper in (keepers := self._keepers()):  # before any lease: see its docstring
+            await keeper.first_look()
         # Consumers live outside the TaskGroup: a handler that ignores cancellation (some
         # libraries swallow it on Python 3.11) must not keep run() from returning.
         consumers = [asyncio.create_task(self._consume()) for _ in range(self.concurrency)]
@@ -228,7 +230,7 @@ class Worker:
                 wakeup = group.create_task(self._wakeup.run(), name="delayq-wakeup")
                 acker = group.create_task(self._executor.acker.run(), name="delayq-acker")
                 fetchers = [group.create_task(self._fetch(t, k)) for t, k in self._shards]
-                fetchers += [group.create_task(keeper.run()) for keeper in self._keepers()]
+                fetchers += [group.create_task(keeper.run()) for keeper in keepers]
                 await self._stopping.wait()
                 await self._shutdown(fetchers, consumers, acker)
                 wakeup.cancel()
@@ -386,15 +388,3 @@ class Worker:
             return
         log.info("releasing %d task(s): %s", len(deliveries), reason)
         await asyncio.gather(*(self._executor.nack(d, "release", 0, "") for d in deliveries))
-
-
-def install_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> list[int]:
-    """Call ``stop`` on SIGINT and SIGTERM; returns the signals it could install."""
-    installed: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop)
-        except (ValueError, RuntimeError, NotImplementedError):
-            continue  # not the main thread, or no signal support: stop() still works
-        installed.append(sig)
-    return installed
