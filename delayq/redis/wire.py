@@ -310,22 +310,32 @@ async def _greet(wire: Wire, handshake: tuple[tuple[str | int, ...], ...]) -> No
     if not handshake:
         return
     futures = [(command, wire.call(pack(*command))) for command in handshake]
-    for command, future in futures:
-        try:
-            reply = await future
-        except ResponseError:
-            if command[:2] == ("CLIENT", "SETINFO"):
-                continue  # an older Redis: redis-py ignores it too
-            for _, other in futures:
-                other.cancel()
-            raise
-        if command[0] == "HELLO":
-            if not isinstance(reply, dict) or 3 not in (reply.get(b"proto"), reply.get("proto")):
-                raise RedisConnectionError("Invalid RESP version")
-        elif command[:2] == ("CLIENT", "SETINFO"):
-            continue
-        elif reply not in (b"OK", "OK"):
-            raise {
-                "AUTH": AuthenticationError("Invalid Username or Password"),
-                "SELECT": RedisConnectionError("Invalid Database"),
-            }.get(str(command[0]), RedisConnectionError("Error setting client name"))
+    try:
+        for command, future in futures:
+            _check(command, await _reply(command, future))
+    finally:
+        for _, future in futures:  # the replies not read: a failed handshake's
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()
+
+
+async def _reply(command: tuple[str | int, ...], future: asyncio.Future[Any]) -> Any:
+    try:
+        return await future
+    except ResponseError:
+        if command[:2] == ("CLIENT", "SETINFO"):
+            return None  # an older Redis: redis-py ignores it too
+        raise
+
+
+def _check(command: tuple[str | int, ...], reply: Any) -> None:
+    if command[0] == "HELLO":
+        if not isinstance(reply, dict) or 3 not in (reply.get(b"proto"), reply.get("proto")):
+            raise RedisConnectionError("Invalid RESP version")
+    elif command[:2] != ("CLIENT", "SETINFO") and reply not in (b"OK", "OK"):
+        raise {
+            "AUTH": AuthenticationError("Invalid Username or Password"),
+            "SELECT": RedisConnectionError("Invalid Database"),
+        }.get(str(command[0]), RedisConnectionError("Error setting client name"))
