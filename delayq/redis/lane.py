@@ -9,10 +9,15 @@ connection, and each caller gets its own reply or error.  That is what redis-py'
 (``send_packed_command``, ``read_response``), without its per-command bookkeeping; the
 ``EVALSHA`` commands are packed by hiredis.
 
-Everything else is redis-py's, so the two cannot disagree: the pool and its connections
-(TCP, TLS, unix sockets, credentials, SELECT, the client name), the retry policy after a
-lost connection, ``socket_timeout`` and the error classes.  A script unknown to Redis
-(after a restart or ``SCRIPT FLUSH``) is loaded and its calls run again."""
+The held connection is the lane's own (:mod:`delayq.redis.wire`: asyncio's and hiredis's
+public APIs), which costs a one-by-one call about half the client work of redis-py's
+``read_response``; it is opened from the pool's settings where it can be opened exactly
+as redis-py would open it (plain TCP or a unix socket, password or ACL credentials), and
+is a redis-py connection held outside the pool otherwise (TLS, a credential provider,
+...).  Everything else is redis-py's, so the two cannot disagree: the pool and its
+connections, the retry policy after a lost connection, ``socket_timeout`` and the error
+classes.  A script unknown to Redis (after a restart or ``SCRIPT FLUSH``) is loaded and
+its calls run again."""
 
 from __future__ import annotations
 
@@ -66,11 +71,7 @@ class ScriptLane:
         self._wire_settings = wire_settings(client.connection_pool)
         self._wire: Wire | None = None
         self._opening: asyncio.Future[Wire] | None = None
-        pool = client.connection_pool
-        # The retry policy redis-py derives from the pool's settings for each connection
-        # (``retry``, ``retry_on_timeout``, ``retry_on_error``), read from an unopened one.
-        self._retry = pool.connection_class(**pool.connection_kwargs).retry
-        settings = pool.connection_kwargs
+        settings = client.connection_pool.connection_kwargs
         self._silence: float | None = settings.get("socket_timeout")
         self._hiredis = (
             settings.get("encoding", "utf-8") == "utf-8"
@@ -127,10 +128,11 @@ class ScriptLane:
         keys: Sequence[str],
         args: Sequence[str | int | bytes],
     ) -> Any:
+        assert self._wire_settings is not None
         command = pack("EVALSHA", sha, len(keys), *keys, *args)
         self._alone += 1
         try:
-            return await self._retry.call_with_retry(
+            return await self._wire_settings.retry.call_with_retry(
                 lambda: self._wire_call(command, source), self._drop_wire
             )
         finally:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import ConnectionPool
     from redis.asyncio.connection import AbstractConnection
+    from redis.asyncio.retry import Retry
 
 ERROR_CLASSES: dict[str, type[RedisError]] = {
     "NOSCRIPT": NoScriptError,
@@ -105,6 +106,9 @@ class WireSettings:
     connect_timeout: float | None
     timeout: float | None
     decode: bool
+    retry: Retry
+    """The policy redis-py derives from the pool's settings for each connection
+    (``retry``, ``retry_on_timeout``, ``retry_on_error``)."""
 
 
 def wire_settings(pool: ConnectionPool) -> WireSettings | None:
@@ -144,6 +148,7 @@ def wire_settings(pool: ConnectionPool) -> WireSettings | None:
         connect_timeout=probe.socket_connect_timeout,
         timeout=probe.socket_timeout,
         decode=probe.encoder.decode_responses,
+        retry=probe.retry,
     )
 
 
