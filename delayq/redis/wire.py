@@ -124,7 +124,10 @@ def wire_settings(pool: ConnectionPool) -> WireSettings | None:
     cls = pool.connection_class
     if cls not in (Connection, UnixDomainSocketConnection) or not kwargs.keys() <= _KNOWN_SETTINGS:
         return None
-    probe = cls(**kwargs)  # never opened: it resolves redis-py's defaults
+    try:
+        probe = cls(**kwargs)  # never opened: it resolves redis-py's defaults
+    except TypeError:
+        return None  # a setting redis-py's class does not take: it says so itself
     maint = kwargs.get("maint_notifications_config")
     if (
         probe.encoder.encoding != "utf-8"
