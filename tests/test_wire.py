@@ -23,7 +23,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from delayq.redis.clients import open_clients
 from delayq.redis.lane import ScriptLane
 from delayq.redis.wire import wire_settings
-from tests.redis_server import RedisServer
+from delayq.testing import PrivateRedis
 
 ECHO = "return ARGV[1]"
 ECHO_SHA = hashlib.sha1(ECHO.encode()).hexdigest()
@@ -95,7 +95,7 @@ async def lanes() -> AsyncIterator[Callable[..., tuple[redis.asyncio.Redis, Scri
         await client.aclose()
 
 
-def with_user(server: RedisServer) -> RedisServer:
+def with_user(server: PrivateRedis) -> PrivateRedis:
     """``server`` with the ACL user ``app`` (password ``secret``)."""
     admin = server.client()
     try:
@@ -108,7 +108,7 @@ def with_user(server: RedisServer) -> RedisServer:
 @pytest.mark.parametrize("over", ["tcp", "unix"])
 @pytest.mark.parametrize("protocol", [2, 3])
 async def test_the_lanes_connection_is_greeted_as_redis_pys(
-    make_redis_server: Callable[..., RedisServer],
+    make_redis_server: Callable[..., PrivateRedis],
     lanes: Callable[..., tuple[redis.asyncio.Redis, ScriptLane]],
     socket_dir: Path,
     queue_name: str,
@@ -137,7 +137,7 @@ async def test_the_lanes_connection_is_greeted_as_redis_pys(
 
 
 async def test_wrong_credentials_fail_the_lane_as_they_fail_redis_py(
-    make_redis_server: Callable[..., RedisServer],
+    make_redis_server: Callable[..., PrivateRedis],
     lanes: Callable[..., tuple[redis.asyncio.Redis, ScriptLane]],
 ) -> None:
     server = with_user(make_redis_server())
