@@ -47,7 +47,8 @@ def open_clients(
     if own_timeout:
         options["socket_timeout"] = SILENCE_TIMEOUT + durable_wait
     options.setdefault("socket_connect_timeout", SILENCE_TIMEOUT)
-    options.setdefault("socket_keepalive", True)
+    if not url.startswith("unix:"):  # (redis-py's unix socket connection takes no keepalive)
+        options.setdefault("socket_keepalive", True)
     # A blocking pool: a burst of concurrent sends waits for a free connection instead
     # of failing with "Too many connections" past max_connections.
     options.setdefault("max_connections", 100)
