@@ -17,10 +17,11 @@ from delayq.redis.translate import redis_errors
 from delayq.task import TaskInfo, TopicStats, from_millis, stored_task_info
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping, Sequence
 
     from redis.asyncio import Redis
 
+    from delayq.redis.registry import Registry
     from delayq.redis.scripts import Scripts
     from delayq.shards import ShardMap
 
@@ -47,12 +48,13 @@ async def topic_names(redis: Redis, queue_name: str) -> list[str]:
 
 
 async def topic_stats(
-    scripts: Scripts, shards: ShardMap, names: Iterable[str]
+    scripts: Scripts, shards: ShardMap, names: Sequence[str], registry: Registry
 ) -> dict[str, TopicStats]:
-    """Counts and controls of each of ``names`` that holds tasks or is controlled (see
-    :meth:`delayq.Queue.stats`)."""
+    """Counts and controls of each of ``names`` that holds tasks or is controlled, with its
+    live consumers (see :meth:`delayq.Queue.stats`)."""
     result: dict[str, TopicStats] = {}
-    for topic in names:
+    _now, consumers, _ = await registry.consumers(names) if names else (0, [], [])
+    for topic, consuming in zip(names, consumers, strict=True):
         every = await shards.every(topic)
         if len(every) == 1:
             shares = [await scripts.stats(every[0])]
@@ -62,10 +64,13 @@ async def topic_stats(
         delayed, ready = sum(s.delayed for s in shares), sum(s.ready for s in shares)
         reserved, dead = sum(s.reserved for s in shares), sum(s.dead for s in shares)
         controlled = c.paused or c.rate_limit or c.max_running
+        oldest = min((s.oldest_ready_ms for s in shares if s.oldest_ready_ms >= 0), default=-1)
         if delayed or ready or reserved or dead or controlled:
             result[topic] = TopicStats(
                 delayed=delayed, ready=ready, reserved=reserved, dead=dead,
                 paused=c.paused, rate_limit=c.rate_limit, max_running=c.max_running,
+                consumers=consuming,
+                oldest_ready_age=max(c.now_ms - oldest, 0) / 1000 if oldest >= 0 else None,
             )  # fmt: skip
     return result
 

@@ -13,6 +13,7 @@ from delayq.consumer import Consumer
 from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
 from delayq.events import Hooks
+from delayq.fleet import WorkerInfo, live_workers
 from delayq.history import History
 from delayq.manage import dead_letters, get_task, replay, set_controls, topic_names, topic_stats
 from delayq.middleware import Lifespan, Middleware, check_lifespan, check_middleware
@@ -21,6 +22,7 @@ from delayq.redis.clients import close_client, open_sentinel, open_url
 from delayq.redis.cluster import is_cluster
 from delayq.redis.durability import ClusterDurableSender, Durability, durable_sender
 from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic
+from delayq.redis.registry import Registry
 from delayq.redis.scripts import Scripts
 from delayq.registry import PeriodicHandler, next_tick, periodic_decorator, topic_decorator
 from delayq.shards import ShardMap
@@ -28,6 +30,7 @@ from delayq.ticks import CatchUp, PeriodicOptions, check_catch_up, schedule
 from delayq.topic import Topic, TopicDecorator, TopicOptions, topic_options
 from delayq.upcoming import Timeline, UpcomingPage, timeline, upcoming
 from delayq.worker import Worker
+from delayq.worker.heartbeat import DEFAULT_INTERVAL
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -89,6 +92,8 @@ class Queue:
         """Which shard holds a task of a sharded topic (:class:`~delayq.shards.ShardMap`)."""
         # Finished tasks and activity of a topic.
         self.history = History(self.redis, self.keys, self.shards.route, self.shards.every)
+        self.registry = Registry(self.redis, self.name)
+        """The registry of live workers (:meth:`workers`), which heartbeats keep."""
         self._owns_client = False
         self._use_scripts(Scripts(self.redis))
 
@@ -514,10 +519,20 @@ class Queue:
 
         A topic is listed when it holds any task, or is paused or limited (with its
         controls); a sharded topic's counts are the sums over its shards, its controls
-        shard 0's (pause applies to every shard).
+        shard 0's (pause applies to every shard).  Each also counts its live consumers and
+        the age of its oldest ready task (see :class:`~delayq.TopicStats`).
         """
         names = await self.topic_names() if topics is None else [check_topic(t) for t in topics]
-        return await topic_stats(self.scripts, self.shards, names)
+        return await topic_stats(self.scripts, self.shards, names, self.registry)
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The live workers of this queue, and the processes serving HTTP consumers
+        (``delayq web``), as their latest heartbeats told them, sorted by host and pid.
+
+        A worker that stopped cleanly is gone at once; one killed or frozen, within three of
+        its heartbeat intervals.
+        """
+        return await live_workers(self.registry)
 
     async def dead_letters(self, topic: str, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
         """List a topic's dead letters, oldest first, with their last error.
@@ -579,7 +594,7 @@ class Queue:
 
     async def run_worker(
         self, concurrency: int = 50, topics: Iterable[str] | None = None, grace: Duration = 10.0, *,
-        handle_signals: bool = True,
+        handle_signals: bool = True, heartbeat: Duration = DEFAULT_INTERVAL,
     ) -> None:  # fmt: skip
         """Consume this queue's registered topics until cancelled or SIGINT/SIGTERM.
 
@@ -589,8 +604,10 @@ class Queue:
             grace: on stop, how long running handlers may finish before they are cancelled
                 and their tasks released for immediate redelivery.
             handle_signals: install SIGINT/SIGTERM handlers that stop the worker gracefully.
+            heartbeat: seconds between the worker's heartbeats (:meth:`workers`).
         """
-        worker = Worker(self, concurrency=concurrency, topics=topics, grace=grace)
+        worker = Worker(self, concurrency=concurrency, topics=topics, grace=grace,
+                        heartbeat=heartbeat)  # fmt: skip
         await worker.run(handle_signals=handle_signals)
 
     def worker(

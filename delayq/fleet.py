@@ -1,0 +1,67 @@
+"""Who is consuming: the live workers of a queue, as :meth:`delayq.Queue.workers` lists them.
+
+Every :class:`~delayq.worker.Worker`, and every process serving HTTP consumers
+(``delayq web``), keeps an entry in the queue's registry in Redis, renewed by a heartbeat
+(:mod:`delayq.worker.heartbeat`).  An entry leaves at once on a clean stop and expires
+three heartbeat intervals after its last beat (a worker killed or frozen).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from delayq.task import from_millis
+
+if TYPE_CHECKING:
+    from delayq.redis.registry import Registry
+
+
+class WorkerInfo(BaseModel):
+    """One live worker (or HTTP-serving process) of a queue, as its last heartbeat told it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    """Unique per process run."""
+    host: str
+    """The host name the process runs on."""
+    pid: int
+    """Its process id."""
+    kind: Literal["worker", "http"]
+    """``"worker"`` for a :class:`~delayq.worker.Worker`, ``"http"`` for ``delayq web``."""
+    started_at: datetime
+    """Its first heartbeat, on Redis's clock (aware UTC)."""
+    last_seen: datetime
+    """Its latest heartbeat, on Redis's clock (aware UTC)."""
+    topics: list[str]
+    """The topics it consumes."""
+    concurrency: int
+    """Most handlers it runs at once."""
+    running: int
+    """Handlers in flight at its latest heartbeat."""
+    version: str
+    """The version of delayq it runs."""
+
+
+def parse_entry(started_ms: int, seen_ms: int, info: str) -> WorkerInfo | None:
+    """A registry entry as a :class:`WorkerInfo`, or None for one that does not parse
+    (written by another version)."""
+    try:
+        fields = json.loads(info)
+        if not isinstance(fields, dict):
+            return None
+        fields.update(started_at=from_millis(started_ms), last_seen=from_millis(seen_ms))
+        return WorkerInfo.model_validate(fields)
+    except ValueError:
+        return None
+
+
+async def live_workers(registry: Registry) -> list[WorkerInfo]:
+    """The live workers in ``registry``, sorted by host, pid and id."""
+    _now, rows = await registry.entries()
+    found = (parse_entry(*row) for row in rows)
+    return sorted((w for w in found if w is not None), key=lambda w: (w.host, w.pid, w.id))

@@ -1,0 +1,158 @@
+"""The registry of live workers: heartbeats, queue.workers(), consumers per topic and the
+oldest ready task's age in stats."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from datetime import UTC
+from typing import Any
+
+import pytest
+
+from delayq import InvalidInputError, Queue, Worker, WorkerInfo
+from delayq.fleet import live_workers
+from delayq.redis.keys import RegistryKeys
+from delayq.redis.registry import Registry
+from delayq.worker.heartbeat import Heartbeat
+from tests.faults.harness import wait_until
+
+INTERVAL = 0.2
+
+
+async def test_a_running_worker_is_listed_with_what_it_consumes(
+    queue: Queue, start_worker: Any
+) -> None:
+    @queue.topic("a.one")
+    async def one(body: dict[str, Any]) -> None: ...
+
+    @queue.topic("a.two")
+    async def two(body: dict[str, Any]) -> None: ...
+
+    assert await queue.workers() == []
+    worker = await start_worker(queue, concurrency=7, heartbeat=INTERVAL)
+    await wait_until(queue.workers, 5, "the worker's first heartbeat")
+    (info,) = await queue.workers()
+    assert isinstance(info, WorkerInfo)
+    assert info.id == worker.heartbeat.id
+    assert (info.host, info.pid, info.kind) == (socket.gethostname(), os.getpid(), "worker")
+    assert sorted(info.topics) == ["a.one", "a.two"]
+    assert (info.concurrency, info.running) == (7, 0)
+    assert info.started_at.tzinfo == UTC and info.last_seen >= info.started_at
+    first_seen = info.last_seen
+
+    async def beat_again() -> bool:
+        (again,) = await queue.workers()
+        return again.last_seen > first_seen and again.started_at == info.started_at
+
+    await wait_until(beat_again, 5, "a later heartbeat keeping started_at")
+
+
+async def test_a_clean_stop_leaves_the_list_at_once(queue: Queue, start_worker: Any) -> None:
+    @queue.topic("b")
+    async def handle(body: dict[str, Any]) -> None: ...
+
+    worker = await start_worker(queue, heartbeat=60)
+    await wait_until(queue.workers, 5, "the worker's first heartbeat")
+    worker.stop()
+    await wait_until(lambda: _none(queue), 5, "the entry removed on stop")
+
+
+async def _none(queue: Queue) -> bool:
+    return await queue.workers() == []
+
+
+async def test_an_entry_expires_after_three_intervals_without_a_beat(queue: Queue) -> None:
+    beat = Heartbeat(queue.registry, kind="http", topics=["c"], concurrency=1,
+                     running=lambda: 0, interval=INTERVAL)  # fmt: skip
+    await beat.beat()
+    (info,) = await queue.workers()
+    assert info.kind == "http"
+    took = await wait_until(lambda: _none(queue), 5, "the entry to expire")
+    assert took <= 3 * INTERVAL + 0.5  # 3 intervals after the beat, plus the poll's step
+    _now, counts, _ = await queue.registry.consumers(["c"])
+    assert counts == [0]
+
+
+async def test_consumers_and_oldest_ready_age_in_stats(queue: Queue, start_worker: Any) -> None:
+    @queue.topic("d.consumed")
+    async def handle(body: dict[str, Any]) -> None:
+        await asyncio.Event().wait()  # hold the lease: the topic keeps its ready tasks
+
+    await queue.send_delayed("d.nobody", {"n": 1}, 0, task_id="x")
+    await queue.send_delayed("d.nobody", {"n": 2}, 3600, task_id="later")
+    stats = (await queue.stats())["d.nobody"]
+    assert stats.consumers == 0
+    assert stats.oldest_ready_age is not None and 0 <= stats.oldest_ready_age < 5
+    await asyncio.sleep(0)
+
+    await start_worker(queue, heartbeat=INTERVAL, grace=0)
+
+    async def consumed() -> bool:
+        await queue.send_delayed("d.consumed", {}, 0)
+        return (await queue.stats(["d.consumed"]))["d.consumed"].consumers == 1
+
+    await wait_until(consumed, 5, "the worker counted as a consumer", step=0.1)
+
+
+async def test_a_topic_with_nothing_ready_has_no_oldest_age(queue: Queue) -> None:
+    await queue.send_delayed("e", {}, 3600)
+    stats = (await queue.stats())["e"]
+    assert stats.oldest_ready_age is None
+    assert stats.consumers == 0
+
+
+def test_heartbeat_is_validated(queue: Queue) -> None:
+    @queue.topic("f")
+    async def handle(body: dict[str, Any]) -> None: ...
+
+    with pytest.raises(InvalidInputError, match="heartbeat"):
+        Worker(queue, heartbeat=0)
+
+
+async def test_two_hundred_live_workers_list_quickly(queue: Queue) -> None:
+    registry = Registry(queue.redis, queue.name)
+    beats = [
+        Heartbeat(
+            registry,
+            kind="worker",
+            topics=[f"t{i % 10}", "all"],
+            concurrency=50,
+            running=lambda: 3,
+            interval=60,
+        )
+        for i in range(200)
+    ]
+    await asyncio.gather(*(b.beat() for b in beats))
+    workers = await live_workers(registry)
+    assert len(workers) == 200
+    assert {w.running for w in workers} == {3}
+    _stats_now, counts, _ = await registry.consumers(["all", "t3", "none"])
+    assert counts == [200, 20, 0]
+
+
+def test_the_registry_lives_in_one_slot() -> None:
+    from redis.crc import key_slot
+
+    keys = RegistryKeys.build("shop")
+    names = [keys.workers, keys.info, keys.schedules, keys.clock, keys.consumers("a:b{c")]
+    assert len({key_slot(n.encode()) for n in names}) == 1
+
+
+async def test_the_registry_on_a_cluster(cluster: Any, queue_name: str) -> None:
+    cq = Queue.from_url(cluster.url, name=queue_name, cluster=True)
+    try:
+
+        @cq.topic("g")
+        async def handle(body: dict[str, Any]) -> None: ...
+
+        async with cq.worker(heartbeat=INTERVAL) as worker:
+            await wait_until(cq.workers, 5, "the worker listed")
+            (info,) = await cq.workers()
+            assert info.id == worker.heartbeat.id and info.topics == ["g"]
+            await cq.send_delayed("g", {}, 3600)
+            assert (await cq.stats(["g"]))["g"].consumers == 1
+        assert await cq.workers() == []
+    finally:
+        await cq.close()
