@@ -60,6 +60,20 @@ def parse_entry(started_ms: int, seen_ms: int, info: str) -> WorkerInfo | None:
         return None
 
 
+async def schedules_run(registry: Registry) -> set[str]:
+    """The schedule fields (:func:`~delayq.redis.registry.schedule_field`) that live workers
+    run: an entry lists them beside its :class:`WorkerInfo` fields."""
+    _now, rows = await registry.entries()
+    run: set[str] = set()
+    for _started, _seen, info in rows:
+        try:
+            fields = json.loads(info).get("schedules", [])
+        except (ValueError, AttributeError):
+            continue
+        run.update(f for f in fields if isinstance(f, str))
+    return run
+
+
 async def live_workers(registry: Registry) -> list[WorkerInfo]:
     """The live workers in ``registry``, sorted by host, pid and id."""
     _now, rows = await registry.entries()

@@ -236,17 +236,29 @@ async def test_delayq_periodic_lists_topics_and_next_ticks(redis_url: str, queue
         "report.daily": {
             "schedule": "cron 0 3 * * * (Europe/Berlin)",
             "catch_up": "latest",
+            "chain_schedule": None,
             "next_tick": None,
+            "live": False,
         },
-        "cart.sweep": {"schedule": "every 3600s", "catch_up": "all", "next_tick": None},
-    }
+        "cart.sweep": {
+            "schedule": "every 3600s", "catch_up": "all", "chain_schedule": None,
+            "next_tick": None, "live": False,
+        },
+    }  # fmt: skip
     queue = ticking.build(redis_url, queue_name)
     worker = Worker(queue, topics=["cart.sweep"])
     run = asyncio.create_task(worker.run(handle_signals=False))
     try:
         async with asyncio.timeout(5):
-            while await queue.next_tick("cart.sweep") is None:
+            while await queue.next_tick("cart.sweep") is None or not await queue.workers():
                 await asyncio.sleep(0.02)
+        running = await run_cli(
+            module_command("periodic", "tests.apps.ticking:queue", "--json"), env
+        )
+        sweep = json.loads(running.stdout)["cart.sweep"]
+        assert (sweep["live"], sweep["chain_schedule"]) == (True, "every 3600s")
+        assert sweep["next_tick"] is not None
+        assert not json.loads(running.stdout)["report.daily"]["live"]
     finally:
         worker.stop()
         await run  # before the queue closes: a worker must not outlive its queue's client
@@ -254,9 +266,11 @@ async def test_delayq_periodic_lists_topics_and_next_ticks(redis_url: str, queue
     after = await run_cli(module_command("periodic", "tests.apps.ticking:queue"), env)
     assert after.returncode == 0, after.stderr
     lines = after.stdout.splitlines()
-    assert lines[0].split() == ["topic", "schedule", "catch_up", "next", "tick"]
-    sweep = next(line for line in lines if line.startswith("cart.sweep"))
-    assert sweep.rstrip().endswith("Z")  # a tick id: its time in UTC
+    assert lines[0].split() == ["topic", "schedule", "catch_up", "next", "tick", "live",
+                                "chain's", "schedule"]  # fmt: skip
+    row = next(line for line in lines if line.startswith("cart.sweep")).split()
+    assert row[-4].endswith("Z")  # a tick id: its time in UTC
+    assert row[-3:] == ["no", "every", "3600s"]  # stopped: no live worker runs the chain
 
 
 async def test_a_periodic_tick_can_also_be_sent_by_hand(

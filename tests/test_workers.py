@@ -4,6 +4,7 @@ oldest ready task's age in stats."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 from datetime import UTC
@@ -156,3 +157,34 @@ async def test_the_registry_on_a_cluster(cluster: Any, queue_name: str) -> None:
         assert await cq.workers() == []
     finally:
         await cq.close()
+
+
+async def test_delayq_workers_lists_them_as_a_table_or_json(
+    redis_url: str, queue: Queue, queue_name: str, start_worker: Any
+) -> None:
+    from tests.apps.runner import APP, app_env, module_command, run_cli
+
+    @queue.topic("h")
+    async def handle(body: dict[str, Any]) -> None: ...
+
+    env = app_env(redis_url, queue_name)
+    empty = await run_cli(module_command("workers", APP, "--json"), env)
+    assert (empty.returncode, json.loads(empty.stdout)) == (0, [])
+    worker = await start_worker(queue, concurrency=3, heartbeat=INTERVAL)
+    await wait_until(queue.workers, 5, "the worker listed")
+    bare = dict(env)
+    del bare["DELAYQ_QUEUE"]
+    as_json, table = await asyncio.gather(
+        run_cli(
+            module_command("workers", "--url", redis_url, "--name", queue_name, "--json"), bare
+        ),
+        run_cli(module_command("workers", APP), env),
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    (listed,) = json.loads(as_json.stdout)
+    assert WorkerInfo.model_validate(listed).id == worker.heartbeat.id
+    assert listed["topics"] == ["h"] and listed["concurrency"] == 3
+    header, row = table.stdout.splitlines()
+    assert header.split() == ["host", "pid", "kind", "running", "last", "seen", "topics"]
+    assert row.split()[1:4] == [str(os.getpid()), "worker", "0/3"]
+    assert row.split()[-1] == "h"

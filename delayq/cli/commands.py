@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 import delayq
 from delayq.cli.app import DEFAULT_NAME, queue_named
+from delayq.cli.fleet import periodic as _periodic
+from delayq.cli.fleet import workers as _workers
 from delayq.errors import AppImportError
 from delayq.queue import Queue
-from delayq.ticks import tick_id
 
 if TYPE_CHECKING:
     from delayq.task import TaskInfo, TopicStats
@@ -36,7 +37,9 @@ async def _worker(queue: Queue, args: argparse.Namespace) -> int:
             ) from exc
         DelayqMetrics(queue)
         serve_metrics(args.metrics_port, addr=args.metrics_addr)
-    await queue.run_worker(concurrency=args.concurrency, topics=topics, grace=args.grace)
+    await queue.run_worker(
+        concurrency=args.concurrency, topics=topics, grace=args.grace, heartbeat=args.heartbeat
+    )
     return 0
 
 
@@ -47,11 +50,13 @@ async def _stats(queue: Queue, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({t: s.model_dump() for t, s in stats.items()}, indent=2))
         return 0
-    print(f"{'topic':30} {'delayed':>9} {'ready':>9} {'reserved':>9} {'dead':>9}  controls")
+    print(f"{'topic':30} {'delayed':>9} {'ready':>9} {'reserved':>9} {'dead':>9} "
+          f"{'consumers':>9} {'oldest':>9}  controls")  # fmt: skip
     for topic, s in stats.items():
+        oldest = "-" if s.oldest_ready_age is None else f"{s.oldest_ready_age:.1f}s"
         print(
-            f"{topic:30} {s.delayed:>9} {s.ready:>9} {s.reserved:>9} {s.dead:>9}  "
-            f"{_controls_text(s)}".rstrip()
+            f"{topic:30} {s.delayed:>9} {s.ready:>9} {s.reserved:>9} {s.dead:>9} "
+            f"{s.consumers:>9} {oldest:>9}  {_controls_text(s)}".rstrip()
         )
     return 0
 
@@ -123,30 +128,6 @@ async def _web(queue: Queue, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _periodic(queue: Queue, args: argparse.Namespace) -> int:
-    rows = []
-    for name, topic in queue.topics.items():
-        if topic.options.periodic is not None:
-            following = await queue.next_tick(name)
-            rows.append((name, topic.options.periodic, following))
-    if args.json:
-        listed = {
-            name: {
-                "schedule": periodic.schedule.description,
-                "catch_up": periodic.catch_up,
-                "next_tick": following.isoformat() if following else None,
-            }
-            for name, periodic, following in rows
-        }
-        print(json.dumps(listed, indent=2))
-        return 0
-    print(f"{'topic':24} {'schedule':40} {'catch_up':8}  next tick")
-    for name, periodic, following in rows:
-        when = tick_id(round(following.timestamp() * 1000)) if following else "-"
-        print(f"{name:24} {periodic.schedule.description:40} {periodic.catch_up:8}  {when}")
-    return 0
-
-
 async def _history(queue: Queue, args: argparse.Namespace) -> int:
     records = await queue.history(args.topic, limit=args.limit, before=args.before)
     if not records:
@@ -196,6 +177,18 @@ async def _archive(queue: Queue, args: argparse.Namespace) -> int:
     )  # fmt: skip
 
 
+def _worker_options(worker: argparse.ArgumentParser) -> None:
+    """The options of `delayq worker`."""
+    worker.add_argument("--concurrency", type=int, default=50)
+    worker.add_argument("--topics", help="comma-separated subset of the registered topics")
+    worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    worker.add_argument("--metrics-addr", default="0.0.0.0", help="address of --metrics-port")
+    worker.add_argument("--grace", type=float, default=10.0)
+    worker.add_argument(
+        "--heartbeat", type=float, default=5.0, help="seconds between registry heartbeats"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``delayq`` command."""
     parser = argparse.ArgumentParser(prog="delayq", description="Delayed tasks on Redis.")
@@ -221,12 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    worker = command("worker", _worker, "run a worker", app_required=True)
-    worker.add_argument("--concurrency", type=int, default=50)
-    worker.add_argument("--topics", help="comma-separated subset of the registered topics")
-    worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
-    worker.add_argument("--metrics-addr", default="0.0.0.0", help="address of --metrics-port")
-    worker.add_argument("--grace", type=float, default=10.0)
+    _worker_options(command("worker", _worker, "run a worker", app_required=True))
+    workers = command("workers", _workers, "list the live workers", app_required=False)
+    workers.add_argument("--json", action="store_true", help="a JSON list of WorkerInfo")
     stats = command("stats", _stats, "count tasks by topic and state", app_required=False)
     stats.add_argument("--json", action="store_true")
     for name, handler, text in (
@@ -254,7 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     web.add_argument("--no-access-log", action="store_true", help="do not log each request")
     periodic = command(
-        "periodic", _periodic, "list periodic topics and their next ticks", app_required=True
+        "periodic",
+        _periodic,
+        "list periodic topics, their next ticks and who runs them",
+        app_required=True,
     )
     periodic.add_argument("--json", action="store_true")
     history = command("history", _history, "list a topic's finished tasks", app_required=False)

@@ -78,6 +78,7 @@ class Heartbeat:
         self._fixed = {
             "id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "kind": kind,
             "topics": self._topics, "concurrency": concurrency, "version": _version(),
+            "schedules": [field for field, _ in self._schedules],
         }  # fmt: skip
         self._started_ms = 0
         self._healthy_since: float | None = None
