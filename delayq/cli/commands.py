@@ -124,7 +124,10 @@ async def _web(queue: Queue, args: argparse.Namespace) -> int:
             f"delayq web needs the web extra (pip install delayq[web]): {exc}"
         ) from exc
     tokens = Tokens.from_file(args.token_file) if args.token_file else Tokens.from_env()
-    await serve(queue, tokens, host=args.host, port=args.port, access_log=not args.no_access_log)
+    await serve(
+        queue, tokens, host=args.host, port=args.port, access_log=not args.no_access_log,
+        heartbeat=args.heartbeat,
+    )  # fmt: skip
     return 0
 
 
@@ -243,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="lines of `scopes token` (default: $DELAYQ_WEB_TOKENS; none: read-only)",
     )
     web.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    web.add_argument(
+        "--heartbeat", type=float, default=5.0, help="seconds between registry heartbeats"
+    )
     periodic = command(
         "periodic",
         _periodic,
