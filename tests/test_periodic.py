@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -23,6 +24,7 @@ from delayq.redis.keys import TopicKeys
 from delayq.ticks import MAX_CATCH_UP, PeriodicOptions, schedule, tick_id
 from delayq.worker.periodic import Keeper
 from tests.apps.runner import app_env, module_command, run_cli
+from tests.faults.harness import wait_until
 from tests.fixtures_delayq import StartWorker
 from tests.helpers import redis_now_ms
 
@@ -297,3 +299,40 @@ async def test_worker_without_the_periodic_topic_does_not_tick(
     await asyncio.sleep(0.35)
     assert ticks.runs == []
     assert await queue.next_tick("sweep") is None
+
+
+async def test_a_chain_whose_schedule_no_live_worker_runs_is_taken_back(
+    queues: Callable[[], Queue], start_worker: StartWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed rollout: the new schedule's only worker goes away; the old schedule's worker
+    takes the chain back after two heartbeat intervals, warning with both schedules."""
+    beat = 0.2
+    ticks = Ticks()
+    old = queues()
+    old_topic = old.periodic("sweep", every=0.3)(ticks.handler(0))
+    await start_worker(old, heartbeat=beat)
+    await ticks.wait(1)
+    new = queues()
+    new_topic = new.periodic("sweep", every=0.25)(ticks.handler(1))
+    new_worker = await start_worker(new, heartbeat=beat)
+    new_fp = new_topic.options.periodic.schedule.fingerprint  # type: ignore[union-attr]
+    async with asyncio.timeout(5):  # the new schedule claimed the chain
+        while (await new.scripts.tick_state(new.keys("sweep")))[1] != new_fp:
+            await asyncio.sleep(0.02)
+    new_worker.stop()
+    stopped = await redis_now_ms(old.redis)
+    caplog.set_level(logging.WARNING, logger="delayq.worker")
+
+    def resumed() -> bool:
+        return any(due > stopped and due % 300 == 0 for _, _, due in ticks.runs)
+
+    await wait_until(resumed, 3 * beat + 0.3 + 2, "the old schedule's ticks to resume")
+    due = [run[2] for run in ticks.runs]
+    assert len(due) == len(set(due)), Counter(ticks.ids()).most_common(3)  # none doubled
+    (warning,) = [
+        r.getMessage() for r in caplog.records if "takes its ticks over" in r.getMessage()
+    ]
+    assert "every 0.25s" in warning and "every 0.3s" in warning, warning
+    assert old_topic.options.periodic is not None
+    old_fp = old_topic.options.periodic.schedule.fingerprint
+    assert (await old.scripts.tick_state(old.keys("sweep")))[1] == old_fp
