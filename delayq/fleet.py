@@ -12,7 +12,7 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from delayq.task import from_millis
 
@@ -74,8 +74,27 @@ async def schedules_run(registry: Registry) -> set[str]:
     return run
 
 
+_ALL = TypeAdapter(list[WorkerInfo])
+
+
+def parse_entries(rows: list[tuple[int, int, str]]) -> list[WorkerInfo]:
+    """Registry entries as :class:`WorkerInfo` objects, in one validation of one JSON array
+    (a fleet of hundreds parses in a fraction of a millisecond); if any entry does not
+    parse, entry by entry, skipping those."""
+    parts = [
+        f'{{"started_at":{started / 1000},"last_seen":{seen / 1000},{info[1:]}'
+        for started, seen, info in rows
+        if info.startswith("{") and len(info) > 2
+    ]
+    try:
+        if len(parts) == len(rows):
+            return _ALL.validate_json("[" + ",".join(parts) + "]")
+    except ValueError:
+        pass
+    return [w for w in (parse_entry(*row) for row in rows) if w is not None]
+
+
 async def live_workers(registry: Registry) -> list[WorkerInfo]:
     """The live workers in ``registry``, sorted by host, pid and id."""
     _now, rows = await registry.entries()
-    found = (parse_entry(*row) for row in rows)
-    return sorted((w for w in found if w is not None), key=lambda w: (w.host, w.pid, w.id))
+    return sorted(parse_entries(rows), key=lambda w: (w.host, w.pid, w.id))

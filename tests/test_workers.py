@@ -129,7 +129,7 @@ async def test_two_hundred_live_workers_list_quickly(queue: Queue) -> None:
     workers = await live_workers(registry)
     assert len(workers) == 200
     assert {w.running for w in workers} == {3}
-    _stats_now, counts, _ = await registry.consumers(["all", "t3", "none"])
+    _now, counts, _ = await registry.consumers(["all", "t3", "none"])
     assert counts == [200, 20, 0]
 
 
@@ -188,3 +188,34 @@ async def test_delayq_workers_lists_them_as_a_table_or_json(
     assert header.split() == ["host", "pid", "kind", "running", "last", "seen", "topics"]
     assert row.split()[1:4] == [str(os.getpid()), "worker", "0/3"]
     assert row.split()[-1] == "h"
+
+
+async def _calls(queue: Queue) -> int:
+    stats = await queue.redis.info("commandstats")
+    return sum(v.get("calls", 0) for k, v in stats.items() if k.startswith("cmdstat_"))
+
+
+async def test_stats_per_topic_cost_the_same_with_2_or_200_live_workers(queue: Queue) -> None:
+    await queue.send_many("all", [{}] * 50)
+
+    async def cost() -> int:
+        before = await _calls(queue)
+        await queue.stats(["all"])
+        return await _calls(queue) - before - 1  # less the INFO call itself
+
+    beats = [
+        Heartbeat(
+            queue.registry,
+            kind="worker",
+            topics=["all"],
+            concurrency=1,
+            running=lambda: 0,
+            interval=60,
+        )
+        for _ in range(200)
+    ]
+    await asyncio.gather(*(b.beat() for b in beats[:2]))
+    with_two = await cost()
+    await asyncio.gather(*(b.beat() for b in beats[2:]))
+    assert await cost() == with_two
+    assert (await queue.stats(["all"]))["all"].consumers == 200
