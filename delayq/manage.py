@@ -12,16 +12,16 @@ import heapq
 from typing import TYPE_CHECKING
 
 from delayq.bounds import bounded_int
-from delayq.redis.keys import check_task_id, topics_key
+from delayq.redis.keys import check_task_id, check_topic, topics_key
 from delayq.redis.translate import redis_errors
 from delayq.task import TaskInfo, TopicStats, from_millis, stored_task_info
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping
 
     from redis.asyncio import Redis
 
-    from delayq.redis.registry import Registry
+    from delayq.parts import QueueParts
     from delayq.redis.scripts import Scripts
     from delayq.shards import ShardMap
 
@@ -47,13 +47,17 @@ async def topic_names(redis: Redis, queue_name: str) -> list[str]:
     return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
 
 
-async def topic_stats(
-    scripts: Scripts, shards: ShardMap, names: Sequence[str], registry: Registry
-) -> dict[str, TopicStats]:
-    """Counts and controls of each of ``names`` that holds tasks or is controlled, with its
-    live consumers (see :meth:`delayq.Queue.stats`)."""
+async def topic_stats(parts: QueueParts, topics: Iterable[str] | None) -> dict[str, TopicStats]:
+    """Counts and controls of each of ``topics`` (default: every topic the queue has used)
+    that holds tasks or is controlled, with its live consumers (see
+    :meth:`delayq.Queue.stats`)."""
+    if topics is None:
+        names = await topic_names(parts.redis, parts.name)
+    else:
+        names = [check_topic(t) for t in topics]
+    scripts, shards = parts.scripts, parts.shards
     result: dict[str, TopicStats] = {}
-    _now, consumers, _ = await registry.consumers(names) if names else (0, [], [])
+    _now, consumers, _ = await parts.registry.consumers(names) if names else (0, [], [])
     for topic, consuming in zip(names, consumers, strict=True):
         every = await shards.every(topic)
         if len(every) == 1:

@@ -11,10 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from delayq import Backoff, Queue, Task
 from delayq.metrics import DelayqMetrics, serve_metrics
-from tests.faults.harness import wait_until
+from delayq.testing import free_port
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import expire_lease, reserve
-from tests.redis_server import free_port
+from tests.helpers import expire_lease, reserve, wait_for
 from tests.test_events import Events
 
 
@@ -55,7 +54,7 @@ async def test_a_scrape_shows_what_the_worker_did_and_what_redis_holds(
     await start_worker(queue)
     await events.wait_for("acked", 3)
     await events.wait_for("dead")
-    await wait_until(queue.workers, 5, "the worker's heartbeat")
+    await wait_for(queue.workers, 5, "the worker's heartbeat")
     await queue.send("idle", {})  # ready, and nobody consumes it
 
     port = free_port()

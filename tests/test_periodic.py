@@ -24,9 +24,8 @@ from delayq.redis.keys import TopicKeys
 from delayq.ticks import MAX_CATCH_UP, PeriodicOptions, schedule, tick_id
 from delayq.worker.periodic import Keeper
 from tests.apps.runner import app_env, module_command, run_cli
-from tests.faults.harness import wait_until
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import redis_now_ms
+from tests.helpers import redis_now_ms, wait_for
 
 EVERY_MS = 100
 
@@ -326,7 +325,7 @@ async def test_a_chain_whose_schedule_no_live_worker_runs_is_taken_back(
     def resumed() -> bool:
         return any(due > stopped and due % 300 == 0 for _, _, due in ticks.runs)
 
-    await wait_until(resumed, 3 * beat + 0.3 + 2, "the old schedule's ticks to resume")
+    await wait_for(resumed, 3 * beat + 0.3 + 2, "the old schedule's ticks to resume")
     due = [run[2] for run in ticks.runs]
     assert len(due) == len(set(due)), Counter(ticks.ids()).most_common(3)  # none doubled
     (warning,) = [

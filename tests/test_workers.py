@@ -17,7 +17,7 @@ from delayq.fleet import live_workers
 from delayq.redis.keys import RegistryKeys
 from delayq.redis.registry import Registry
 from delayq.worker.heartbeat import Heartbeat
-from tests.faults.harness import wait_until
+from tests.helpers import wait_for
 
 INTERVAL = 0.2
 
@@ -33,7 +33,7 @@ async def test_a_running_worker_is_listed_with_what_it_consumes(
 
     assert await queue.workers() == []
     worker = await start_worker(queue, concurrency=7, heartbeat=INTERVAL)
-    await wait_until(queue.workers, 5, "the worker's first heartbeat")
+    await wait_for(queue.workers, 5, "the worker's first heartbeat")
     (info,) = await queue.workers()
     assert isinstance(info, WorkerInfo)
     assert info.id == worker.heartbeat.id
@@ -47,7 +47,7 @@ async def test_a_running_worker_is_listed_with_what_it_consumes(
         (again,) = await queue.workers()
         return again.last_seen > first_seen and again.started_at == info.started_at
 
-    await wait_until(beat_again, 5, "a later heartbeat keeping started_at")
+    await wait_for(beat_again, 5, "a later heartbeat keeping started_at")
 
 
 async def test_a_clean_stop_leaves_the_list_at_once(queue: Queue, start_worker: Any) -> None:
@@ -55,9 +55,9 @@ async def test_a_clean_stop_leaves_the_list_at_once(queue: Queue, start_worker: 
     async def handle(body: dict[str, Any]) -> None: ...
 
     worker = await start_worker(queue, heartbeat=60)
-    await wait_until(queue.workers, 5, "the worker's first heartbeat")
+    await wait_for(queue.workers, 5, "the worker's first heartbeat")
     worker.stop()
-    await wait_until(lambda: _none(queue), 5, "the entry removed on stop")
+    await wait_for(lambda: _none(queue), 5, "the entry removed on stop")
 
 
 async def _none(queue: Queue) -> bool:
@@ -70,7 +70,7 @@ async def test_an_entry_expires_after_three_intervals_without_a_beat(queue: Queu
     await beat.beat()
     (info,) = await queue.workers()
     assert info.kind == "http"
-    took = await wait_until(lambda: _none(queue), 5, "the entry to expire")
+    took = await wait_for(lambda: _none(queue), 5, "the entry to expire")
     assert took <= 3 * INTERVAL + 0.5  # 3 intervals after the beat, plus the poll's step
     _now, counts, _ = await queue.registry.consumers(["c"])
     assert counts == [0]
@@ -94,7 +94,7 @@ async def test_consumers_and_oldest_ready_age_in_stats(queue: Queue, start_worke
         await queue.send_delayed("d.consumed", {}, 0)
         return (await queue.stats(["d.consumed"]))["d.consumed"].consumers == 1
 
-    await wait_until(consumed, 5, "the worker counted as a consumer", step=0.1)
+    await wait_for(consumed, 5, "the worker counted as a consumer", step=0.1)
 
 
 async def test_a_topic_with_nothing_ready_has_no_oldest_age(queue: Queue) -> None:
@@ -149,7 +149,7 @@ async def test_the_registry_on_a_cluster(cluster: Any, queue_name: str) -> None:
         async def handle(body: dict[str, Any]) -> None: ...
 
         async with cq.worker(heartbeat=INTERVAL) as worker:
-            await wait_until(cq.workers, 5, "the worker listed")
+            await wait_for(cq.workers, 5, "the worker listed")
             (info,) = await cq.workers()
             assert info.id == worker.heartbeat.id and info.topics == ["g"]
             await cq.send_delayed("g", {}, 3600)
@@ -171,7 +171,7 @@ async def test_delayq_workers_lists_them_as_a_table_or_json(
     empty = await run_cli(module_command("workers", APP, "--json"), env)
     assert (empty.returncode, json.loads(empty.stdout)) == (0, [])
     worker = await start_worker(queue, concurrency=3, heartbeat=INTERVAL)
-    await wait_until(queue.workers, 5, "the worker listed")
+    await wait_for(queue.workers, 5, "the worker listed")
     bare = dict(env)
     del bare["DELAYQ_QUEUE"]
     as_json, table = await asyncio.gather(

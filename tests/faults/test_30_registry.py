@@ -16,7 +16,7 @@ from collections import Counter
 from tests.faults.apps.plan import real_now
 from tests.faults.apps.ticker import TICK_TOPIC
 from tests.faults.checker import read_log
-from tests.faults.harness import wait_until
+from tests.helpers import wait_for
 
 HEARTBEAT = 0.5
 POLL = 0.02
@@ -36,7 +36,7 @@ async def test_30_a_killed_worker_leaves_the_list_within_three_intervals(
     async def both_listed() -> bool:
         return {w.pid for w in await queue.workers()} == {victim.pid, survivor.pid}
 
-    await wait_until(both_listed, 10, "both workers listed")
+    await wait_for(both_listed, 10, "both workers listed")
     await queue.send("work", {"steps": []})  # a topic for the count check at teardown
     victim.kill()
     killed = real_now()
@@ -44,7 +44,7 @@ async def test_30_a_killed_worker_leaves_the_list_within_three_intervals(
     async def victim_gone() -> bool:
         return {w.pid for w in await queue.workers()} == {survivor.pid}
 
-    await wait_until(victim_gone, 3 * HEARTBEAT + 5, "the killed worker to leave", step=POLL)
+    await wait_for(victim_gone, 3 * HEARTBEAT + 5, "the killed worker to leave", step=POLL)
     gone_after = real_now() - killed
     record_property("gone_after_s", round(gone_after, 3))
     # Its last beat was at most one interval before the kill, so its entry expires at most
@@ -64,12 +64,12 @@ async def test_30_ticks_resume_when_the_new_schedules_only_worker_is_killed(
                             env={"DELAYQ_FAULT_EVERY": str(every_ms / 1000)})  # fmt: skip
 
     old = await ticker(OLD_EVERY_MS).started()
-    await wait_until(lambda: len(read_log(log_dir)) >= 2, 10, "the old schedule to tick")
+    await wait_for(lambda: len(read_log(log_dir)) >= 2, 10, "the old schedule to tick")
     chain = f"delayq:{{{queue.name}:{TICK_TOPIC}}}:periodic"
     old_fp = admin.hget(chain, "fp")
     new = await ticker(NEW_EVERY_MS).started()
-    await wait_until(lambda: admin.hget(chain, "fp") != old_fp, 10, "the new schedule's claim")
-    await wait_until(lambda: _after(log_dir, new.pid), 10, "a tick of the new schedule")
+    await wait_for(lambda: admin.hget(chain, "fp") != old_fp, 10, "the new schedule's claim")
+    await wait_for(lambda: _after(log_dir, new.pid), 10, "a tick of the new schedule")
     new.kill()
     killed = real_now()
     new_last = int(admin.hget(chain, "last"))  # its chain's last tick, ms
@@ -79,7 +79,7 @@ async def test_30_ticks_resume_when_the_new_schedules_only_worker_is_killed(
             d.at > killed and round(d.due * 1000) > new_last for d in read_log(log_dir)
         )
 
-    await wait_until(resumed, 3 * HEARTBEAT + 5, "ticks to resume", step=POLL)
+    await wait_for(resumed, 3 * HEARTBEAT + 5, "ticks to resume", step=POLL)
     resumed_after = (
         min(d.at for d in read_log(log_dir) if d.at > killed and round(d.due * 1000) > new_last)
         - killed
@@ -118,7 +118,7 @@ async def test_30_a_redis_restart_does_not_hide_live_workers(
     async def listed() -> bool:
         return [w.pid for w in await queue.workers()] == [worker.pid]
 
-    await wait_until(listed, 10, "the worker listed")
+    await wait_for(listed, 10, "the worker listed")
     server.kill()
     await asyncio.sleep(4 * HEARTBEAT)  # longer than an entry lives without a beat
     server.start()  # same port and directory: replays the AOF
@@ -130,9 +130,9 @@ async def test_30_a_redis_restart_does_not_hide_live_workers(
             return False
         return True
 
-    await wait_until(answers, 15, "Redis back", step=POLL)
+    await wait_for(answers, 15, "Redis back", step=POLL)
     back = real_now()
-    await wait_until(listed, 5, "the worker listed again", step=POLL)
+    await wait_for(listed, 5, "the worker listed again", step=POLL)
     hidden = real_now() - back
     record_property("hidden_after_restart_s", round(hidden, 3))
     assert worker.alive
