@@ -142,6 +142,8 @@ def test_the_registry_lives_in_one_slot() -> None:
 
 
 async def test_the_registry_on_a_cluster(cluster: Any, queue_name: str) -> None:
+    from tests.apps.runner import ROOT, module_command, run_cli
+
     cq = Queue.from_url(cluster.url, name=queue_name, cluster=True)
     try:
 
@@ -154,6 +156,12 @@ async def test_the_registry_on_a_cluster(cluster: Any, queue_name: str) -> None:
             assert info.id == worker.heartbeat.id and info.topics == ["g"]
             await cq.send_delayed("g", {}, 3600)
             assert (await cq.stats(["g"]))["g"].consumers == 1
+            listed = await run_cli(
+                module_command("workers", "--url", cluster.url, "--name", queue_name,
+                               "--cluster", "--json"),
+                {**os.environ, "PYTHONPATH": str(ROOT)},
+            )  # fmt: skip
+            assert [w["id"] for w in json.loads(listed.stdout)] == [worker.heartbeat.id]
         assert await cq.workers() == []
     finally:
         await cq.close()
