@@ -28,6 +28,7 @@ from delayq.errors import (
     RedisUnavailableError,
     Retry,
     ShardCountError,
+    UnknownTopicError,
     UnsupportedRedisError,
     UnsupportedShardingError,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "TimelineWindow",
     "Topic",
     "TopicStats",
+    "UnknownTopicError",
     "UnsupportedRedisError",
     "UnsupportedShardingError",
     "UpcomingPage",

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Literal
 
 from delayq.cancellation import first_of
 from delayq.duration import Duration, to_seconds
-from delayq.errors import DelayqError, InvalidInputError
+from delayq.errors import DelayqError, InvalidInputError, RedisUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from delayq.pacing import Outage
     from delayq.redis.registry import Registry
 
 log = logging.getLogger("delayq.worker")
@@ -62,12 +63,14 @@ class Heartbeat:
         running: reads the handlers in flight.
         interval: seconds between beats.
         schedules: (schedule field, description) of the periodic schedules it runs.
+        outage: a worker's, told of a beat that could not reach Redis (without one, the
+            first failure in a row is logged here).
     """
 
     def __init__(
         self, registry: Registry, *, kind: Literal["worker", "http"], topics: Sequence[str],
         concurrency: int, running: Callable[[], int], interval: float = DEFAULT_INTERVAL,
-        schedules: Sequence[tuple[str, str]] = (),
+        schedules: Sequence[tuple[str, str]] = (), outage: Outage | None = None,
     ) -> None:  # fmt: skip
         self.registry = registry
         self.interval = interval
@@ -83,6 +86,7 @@ class Heartbeat:
         self._started_ms = 0
         self._healthy_since: float | None = None
         self._warned = False
+        self._outage = outage
 
     def healthy_for(self) -> float:
         """Seconds (this process's monotonic clock) since beats last started succeeding
@@ -107,7 +111,9 @@ class Heartbeat:
                 await self.beat()
             except DelayqError as exc:
                 self._healthy_since = None
-                if not self._warned:
+                if self._outage is not None and isinstance(exc, RedisUnavailableError):
+                    self._outage.failed("the registry heartbeat", exc)
+                elif not self._warned:
                     self._warned = True
                     log.warning("heartbeat failed (%s); retrying", exc)
                 pause = self.interval / 4
@@ -115,6 +121,8 @@ class Heartbeat:
                 if self._healthy_since is None:
                     self._healthy_since = loop.time()
                 self._warned = False
+                if self._outage is not None:
+                    self._outage.reachable()
                 pause = self.interval
             await first_of(stopping, within=pause)
         await self.leave()

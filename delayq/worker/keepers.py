@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Iterable
 
+    from delayq.pacing import Outage
     from delayq.redis.wakeup import Wakeup
     from delayq.topic import Topic
     from delayq.worker.heartbeat import Heartbeat
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 def periodic_keepers(
     queue: TaskSource, topics: Iterable[Topic[Any]], heartbeat: Heartbeat, wakeup: Wakeup,
-    stopping: asyncio.Event,
+    stopping: asyncio.Event, outage: Outage,
 ) -> list[Keeper]:  # fmt: skip
     """One :class:`~delayq.worker.periodic.Keeper` per periodic topic of ``topics``: keeps
     its next tick scheduled, and takes its chain over when abandoned."""
@@ -29,6 +30,6 @@ def periodic_keepers(
             keys = queue.keys(topic.name)
             keepers.append(Keeper(
                 queue.scripts, keys, topic.options.periodic, wakeup.listener(keys.wake),
-                stopping, takeover=Takeover(heartbeat, topic.name),
+                stopping, outage, takeover=Takeover(heartbeat, topic.name),
             ))  # fmt: skip
     return keepers

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
@@ -31,9 +30,9 @@ import anyio
 from delayq.bounds import bounded_int
 from delayq.cancellation import cancel_all, first_of, raise_if_cancelling
 from delayq.duration import Duration, to_seconds
-from delayq.errors import DelayqError, InvalidInputError, LifespanError
+from delayq.errors import DelayqError, InvalidInputError, LifespanError, RedisUnavailableError
 from delayq.middleware import lifespan_context
-from delayq.pacing import RetryPacing
+from delayq.pacing import Outage, RetryPacing
 from delayq.redis.checks import wait_for_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope
@@ -47,6 +46,7 @@ from delayq.worker.keepers import periodic_keepers
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 from delayq.worker.report import Reporter, log_skipped, tell_reclaimed
 from delayq.worker.rollup import prepare
+from delayq.worker.signals import install_signals
 from delayq.worker.takeover import run_schedules
 
 if TYPE_CHECKING:
@@ -116,19 +116,21 @@ class Worker:
         self._running = 0
         self._idle = asyncio.Event()
         self._shards = [(t, keys) for t in self.topics for keys in queue.shard_keys(t.name)]
-        self._wakeup = Wakeup(queue.redis, [keys.wake for _, keys in self._shards])
-        self._embedded: asyncio.Task[None] | None = None
+        # One for all the worker's loops: an outage is one WARNING, not one per loop and retry.
+        self._outage = Outage(log)
         self.heartbeat = Heartbeat(
             queue.registry, kind="worker", topics=[t.name for t in self.topics],
-            concurrency=concurrency, running=lambda: self._running,
+            concurrency=concurrency, running=lambda: self._running, outage=self._outage,
             interval=heartbeat_seconds(heartbeat), schedules=run_schedules(self.topics),
         )  # fmt: skip
+        self._wakeup = Wakeup(queue.redis, [keys.wake for _, keys in self._shards], self._outage)
+        self._embedded: asyncio.Task[None] | None = None
         self.threads = concurrency if threads is None else threads
         bounded_int(self.threads, "threads", 1)
         self._executor = Executor(
             queue.scripts, self._deadlines, self._held,
             max_body_bytes=queue.max_body_bytes, ack_limit=concurrency,
-            reporter=Reporter(queue.hooks, on_outcome),
+            reporter=Reporter(queue.hooks, on_outcome), outage=self._outage,
         )  # fmt: skip
 
     def stop(self) -> None:
@@ -227,6 +229,10 @@ class Worker:
         signals = install_signals(loop, self.stop) if handle_signals else []
         names = [t.name for t in self.topics]
         log.info("worker started: topics=%s concurrency=%d", names, self.concurrency)
+        keepers = periodic_keepers(self.queue, self.topics, self.heartbeat, self._wakeup,
+                                   self._stopping, self._outage)  # fmt: skip
+        for keeper in keepers:  # before any lease: see first_look's docstring
+            await keeper.first_look()
         # Consumers live outside the TaskGroup: a handler that ignores cancellation (some
         # libraries swallow it on Python 3.11) must not keep run() from returning.
         consumers = [asyncio.create_task(self._consume()) for _ in range(self.concurrency)]
@@ -236,8 +242,6 @@ class Worker:
                 acker = group.create_task(self._executor.acker.run(), name="delayq-acker")
                 group.create_task(self.heartbeat.run(self._stopping), name="delayq-heartbeat")
                 fetchers = [group.create_task(self._fetch(t, k)) for t, k in self._shards]
-                keepers = periodic_keepers(self.queue, self.topics, self.heartbeat,
-                                           self._wakeup, self._stopping)  # fmt: skip
                 fetchers += [group.create_task(keeper.run()) for keeper in keepers]
                 await self._stopping.wait()
                 await self._shutdown(fetchers, consumers, acker)
@@ -257,7 +261,7 @@ class Worker:
             log.info("worker stopped")
 
     async def _wait_for_redis(self) -> None:
-        await wait_for_server(self.queue.redis)
+        await wait_for_server(self.queue.redis, self._outage)
 
     # -- fetching ---------------------------------------------------------------------------
 
@@ -281,10 +285,15 @@ class Worker:
             except DelayqError as exc:
                 self._slots.give(wanted)
                 pause = pacing.failed()
-                log.warning("reserve on %r failed (%s); retrying in %.2fs", topic.name, exc, pause)
+                if isinstance(exc, RedisUnavailableError):
+                    self._outage.failed(f"reserve on {topic.name!r}", exc)
+                else:
+                    log.warning("reserve on %r failed (%s); retrying in %.2fs",
+                                topic.name, exc, pause)  # fmt: skip
                 await self._sleep(wake, pause)
                 continue
             pacing.succeeded()
+            self._outage.reachable()
             if found.skipped:
                 log_skipped(topic.name, found.skipped)
             if found.reclaimed and self.queue.hooks.listeners:
@@ -380,15 +389,3 @@ class Worker:
             return
         log.info("releasing %d task(s): %s", len(deliveries), reason)
         await asyncio.gather(*(self._executor.nack(d, "release", 0, "") for d in deliveries))
-
-
-def install_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> list[int]:
-    """Call ``stop`` on SIGINT and SIGTERM; returns the signals it could install."""
-    installed: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop)
-        except (ValueError, RuntimeError, NotImplementedError):
-            continue  # not the main thread, or no signal support: stop() still works
-        installed.append(sig)
-    return installed
