@@ -33,6 +33,7 @@ from delayq.errors import (
     UnsupportedShardingError,
 )
 from delayq.events import Hooks, Sending, TaskEvent
+from delayq.fleet import WorkerInfo
 from delayq.limits import RateLimit
 from delayq.middleware import CallNext, Middleware
 from delayq.queue import Queue
@@ -93,6 +94,7 @@ __all__ = [
     "UpcomingPage",
     "UpcomingTask",
     "Worker",
+    "WorkerInfo",
     "__version__",
 ]
 

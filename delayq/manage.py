@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis, RedisCluster
 
+    from delayq.parts import QueueParts
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
     from delayq.shards import ShardMap
@@ -82,17 +83,18 @@ async def topic_names(redis: Redis, queue_name: str) -> list[str]:
     return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
 
 
-async def topic_stats(
-    scripts: Scripts, shards: ShardMap, redis: Redis, queue_name: str, topics: Iterable[str] | None
-) -> dict[str, TopicStats]:
+async def topic_stats(parts: QueueParts, topics: Iterable[str] | None) -> dict[str, TopicStats]:
     """Counts and controls of each of ``topics`` (default: every topic the queue has used)
-    that holds tasks or is controlled (see :meth:`delayq.Queue.stats`)."""
+    that holds tasks or is controlled, with its live consumers (see
+    :meth:`delayq.Queue.stats`)."""
     if topics is None:
-        names = await topic_names(redis, queue_name)
+        names = await topic_names(parts.redis, parts.name)
     else:
         names = [check_topic(t) for t in topics]
+    scripts, shards = parts.scripts, parts.shards
     result: dict[str, TopicStats] = {}
-    for topic in names:
+    _now, consumers, _ = await parts.registry.consumers(names) if names else (0, [], [])
+    for topic, consuming in zip(names, consumers, strict=True):
         every = await shards.every(topic)
         if len(every) == 1:
             shares = [await scripts.stats(every[0])]
@@ -102,10 +104,13 @@ async def topic_stats(
         delayed, ready = sum(s.delayed for s in shares), sum(s.ready for s in shares)
         reserved, dead = sum(s.reserved for s in shares), sum(s.dead for s in shares)
         controlled = c.paused or c.rate_limit or c.max_running
+        oldest = min((s.oldest_ready_ms for s in shares if s.oldest_ready_ms >= 0), default=-1)
         if delayed or ready or reserved or dead or controlled:
             result[topic] = TopicStats(
                 delayed=delayed, ready=ready, reserved=reserved, dead=dead,
                 paused=c.paused, rate_limit=c.rate_limit, max_running=c.max_running,
+                consumers=consuming,
+                oldest_ready_age=max(c.now_ms - oldest, 0) / 1000 if oldest >= 0 else None,
             )  # fmt: skip
     return result
 

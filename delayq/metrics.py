@@ -148,24 +148,35 @@ class TopicGauges:
         self._read_at = time.monotonic()
 
     def describe(self) -> list[GaugeMetricFamily]:
-        return [self._family()]
+        return list(self._families())
 
-    def _family(self) -> GaugeMetricFamily:
-        return GaugeMetricFamily(
-            "delayq_tasks",
-            "Tasks per topic and state (stats())",
-            labels=["queue", "topic", "state"],
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        labels = ["queue", "topic"]
+        return (
+            GaugeMetricFamily(
+                "delayq_tasks", "Tasks per topic and state (stats())", labels=[*labels, "state"]
+            ),
+            GaugeMetricFamily(
+                "delayq_topic_consumers", "Live workers consuming the topic", labels=labels
+            ),
+            GaugeMetricFamily(
+                "delayq_oldest_ready_age_seconds",
+                "Seconds since the topic's oldest ready task fell due (0: none is ready)",
+                labels=labels,
+            ),
         )
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         with self._lock:
             if time.monotonic() - self._read_at >= self.cache_seconds:
                 self._read()
-        family = self._family()
+        tasks, consumers, oldest = self._families()
         for topic, stats in sorted(self._stats.items()):
             for state in STATES:
-                family.add_metric([self.queue.name, topic, state], getattr(stats, state))
-        yield family
+                tasks.add_metric([self.queue.name, topic, state], getattr(stats, state))
+            consumers.add_metric([self.queue.name, topic], stats.consumers)
+            oldest.add_metric([self.queue.name, topic], stats.oldest_ready_age or 0.0)
+        yield from (tasks, consumers, oldest)
 
     def _read(self) -> None:
         loop = self.loop

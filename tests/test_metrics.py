@@ -13,7 +13,7 @@ from delayq import Backoff, Queue, Task
 from delayq.metrics import DelayqMetrics, serve_metrics
 from delayq.testing import free_port
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import expire_lease, reserve
+from tests.helpers import expire_lease, reserve, wait_for
 from tests.test_events import Events
 
 
@@ -54,6 +54,8 @@ async def test_a_scrape_shows_what_the_worker_did_and_what_redis_holds(
     await start_worker(queue)
     await events.wait_for("acked", 3)
     await events.wait_for("dead")
+    await wait_for(queue.workers, 5, "the worker's heartbeat")
+    await queue.send("idle", {})  # ready, and nobody consumes it
 
     port = free_port()
     serve_metrics(port, addr="127.0.0.1", registry=registry)
@@ -76,6 +78,12 @@ async def test_a_scrape_shows_what_the_worker_did_and_what_redis_holds(
     assert value(found, "delayq_tasks", **q, state="delayed") == 1
     assert value(found, "delayq_tasks", **q, state="dead") == 1
     assert value(found, "delayq_tasks", **q, state="ready") == 0
+    assert value(found, "delayq_topic_consumers", **q) == 1
+    assert value(found, "delayq_oldest_ready_age_seconds", **q) == 0
+    idle = {"queue": queue.name, "topic": "idle"}
+    assert value(found, "delayq_topic_consumers", **idle) == 0
+    assert value(found, "delayq_oldest_ready_age_seconds", **idle) >= 0
+    assert "# TYPE delayq_oldest_ready_age_seconds gauge" in text
     assert "# TYPE delayq_task_lateness_seconds histogram" in text
     metrics.close()
 

@@ -16,6 +16,7 @@ from delayq.web.auth import Tokens
 from delayq.web.dashboard import install as install_dashboard
 from delayq.web.endpoint import routes as per_task_routes
 from delayq.web.errors import ApiError, install, response_for
+from delayq.web.workers import router as workers_router
 
 if TYPE_CHECKING:
     import asyncio
@@ -65,8 +66,9 @@ def create_app(
     install(app)
     api = Api(queue, tokens, stopping)
     app.include_router(api.router())
+    app.include_router(workers_router(queue, tokens))
     install_dashboard(app)
-    documented = api.router(documented=True).routes
+    documented = api.router(documented=True).routes + workers_router(queue, tokens).routes
     document: dict[str, Any] = {}
 
     def openapi() -> dict[str, Any]:
