@@ -27,17 +27,28 @@ def _info_json(info: TaskInfo) -> str:
 
 async def _worker(queue: Queue, args: argparse.Namespace) -> int:
     topics = [t for t in args.topics.split(",") if t] if args.topics else None
-    if args.metrics_port is not None:
-        try:
-            from delayq.metrics import DelayqMetrics, serve_metrics
-        except ImportError as exc:
-            raise AppImportError(
-                f"--metrics-port needs the prometheus extra (pip install delayq[prometheus]): {exc}"
-            ) from exc
-        DelayqMetrics(queue)
-        serve_metrics(args.metrics_port, addr=args.metrics_addr)
+    _serve_metrics(queue, args)
     await queue.run_worker(concurrency=args.concurrency, topics=topics, grace=args.grace)
     return 0
+
+
+def _serve_metrics(queue: Queue, args: argparse.Namespace) -> None:
+    """With ``--metrics-port``, count what this process does and serve it to Prometheus."""
+    if args.metrics_port is None:
+        return
+    try:
+        from delayq.metrics import DelayqMetrics, serve_metrics
+    except ImportError as exc:
+        raise AppImportError(
+            f"--metrics-port needs the prometheus extra (pip install delayq[prometheus]): {exc}"
+        ) from exc
+    DelayqMetrics(queue)
+    serve_metrics(args.metrics_port, addr=args.metrics_addr)
+
+
+def _metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    parser.add_argument("--metrics-addr", default="0.0.0.0", help="address of --metrics-port")
 
 
 async def _stats(queue: Queue, args: argparse.Namespace) -> int:
@@ -119,6 +130,7 @@ async def _web(queue: Queue, args: argparse.Namespace) -> int:
             f"delayq web needs the web extra (pip install delayq[web]): {exc}"
         ) from exc
     tokens = Tokens.from_file(args.token_file) if args.token_file else Tokens.from_env()
+    _serve_metrics(queue, args)
     await serve(queue, tokens, host=args.host, port=args.port, access_log=not args.no_access_log)
     return 0
 
@@ -224,8 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker = command("worker", _worker, "run a worker", app_required=True)
     worker.add_argument("--concurrency", type=int, default=50)
     worker.add_argument("--topics", help="comma-separated subset of the registered topics")
-    worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
-    worker.add_argument("--metrics-addr", default="0.0.0.0", help="address of --metrics-port")
+    _metrics_arguments(worker)
     worker.add_argument("--grace", type=float, default=10.0)
     stats = command("stats", _stats, "count tasks by topic and state", app_required=False)
     stats.add_argument("--json", action="store_true")
@@ -253,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="lines of `scopes token` (default: $DELAYQ_WEB_TOKENS; none: read-only)",
     )
     web.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    _metrics_arguments(web)
     periodic = command(
         "periodic", _periodic, "list periodic topics and their next ticks", app_required=True
     )
