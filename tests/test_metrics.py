@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -137,7 +138,7 @@ async def test_delayq_worker_serves_metrics(
 
 def scrape(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as response:
-        return response.read().decode()
+        return str(response.read().decode())
 
 
 async def test_every_exported_series_has_been_observed_and_none_is_created(
@@ -214,7 +215,7 @@ async def test_a_scrape_shows_gauges_read_within_the_last_second(queue: Queue) -
 
 
 async def test_delayq_web_serves_metrics_of_its_http_consumers(
-    tmp_path, redis_url: str, queue_name: str
+    tmp_path: Path, redis_url: str, queue_name: str
 ) -> None:
     """``delayq web --metrics-port`` counts the sends, leases and acks of its HTTP API."""
     from tests.web.conftest import TOKENS
