@@ -10,6 +10,13 @@ it prices the observability features: the issue's target is a drain at >= 0.85x 
 ``ParentBased(TraceIdRatioBased(ratio))`` instead of recording every span: a sender's root
 span decides for its trace, and each task of a ``send_many`` batch shares its batch's
 decision (the fill sends batches of 1,000, so a drain of 20,000 tasks holds 20 decisions).
+
+The variants ``delayq_observed_metrics``, ``delayq_observed_history`` and
+``delayq_observed_sampled`` (metrics + history + tracing sampled at 0.01) fix those choices
+in modules of their own, so that one run prices each beside plain delayq::
+
+    python -m benchmarks.harness --only delayq,delayq_observed_metrics,\
+        delayq_observed_history,delayq_observed_sampled --scenarios drain --rounds 3 --no-chart
 """
 
 from __future__ import annotations
@@ -50,17 +57,19 @@ SAMPLE = float(os.environ.get("DELAYQ_OBSERVED_SAMPLE", "1"))
 """The share of traces recorded: 1 (the default) records every span."""
 
 
-def build(redis_url: str) -> tuple[Queue, TracerProvider]:
-    """The benchmark queue with history on its topics, metrics and tracing."""
+def build(
+    redis_url: str, parts: frozenset[str] = PARTS, sample: float = SAMPLE
+) -> tuple[Queue, TracerProvider]:
+    """The benchmark queue with history on its topics, metrics and tracing (``parts``)."""
     queue = Queue.from_url(redis_url, name=QUEUE_NAME)
     for name in TASK_NAMES:
-        queue.topic(name, history=HISTORY if "history" in PARTS else 0)(noop)
-    sampler = ParentBased(TraceIdRatioBased(SAMPLE)) if SAMPLE < 1 else None
+        queue.topic(name, history=HISTORY if "history" in parts else 0)(noop)
+    sampler = ParentBased(TraceIdRatioBased(sample)) if sample < 1 else None
     provider = TracerProvider(sampler=sampler) if sampler else TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(DropSpans()))
-    if "otel" in PARTS:
+    if "otel" in parts:
         instrument(queue, tracer_provider=provider)
-    if "metrics" in PARTS:
+    if "metrics" in parts:
         DelayqMetrics(queue, CollectorRegistry())
     return queue, provider
 
@@ -68,23 +77,31 @@ def build(redis_url: str) -> tuple[Queue, TracerProvider]:
 class DelayqObservedPeer(DelayqPeer):
     name = "delayq_observed"
 
+    def __init__(
+        self, parts: frozenset[str] = PARTS, sample: float = SAMPLE, name: str | None = None
+    ) -> None:
+        super().__init__()
+        self.parts, self.sample = parts, sample
+        if name is not None:
+            self.name = name
+
     def settings(self) -> dict[str, Any]:
         return {
             **super().settings(),
-            "observability": "metrics + otel (SDK, batch, dropped) + history=10000",
-            "parts": ",".join(sorted(PARTS)),
-            "trace_sample": SAMPLE,
+            "observability": ", ".join(sorted(self.parts)),
+            "parts": ",".join(sorted(self.parts)),
+            "trace_sample": self.sample,
         }
 
     async def open(self, redis_url: str) -> None:
-        self.queue, self._provider = build(redis_url)
+        self.queue, self._provider = build(redis_url, self.parts, self.sample)
 
     async def close(self) -> None:
         await super().close()
         self._provider.shutdown()
 
     async def serve(self, redis_url: str, concurrency: int, stop: asyncio.Event) -> None:
-        queue, provider = build(redis_url)
+        queue, provider = build(redis_url, self.parts, self.sample)
         try:
             worker = Worker(queue, concurrency=concurrency, grace=1.0)
             await run_until(worker.run(handle_signals=False), stop)
