@@ -12,7 +12,11 @@ processor's export thread included):
 - ``delayq span``: ``delayq.otel``'s listener given the ``delivered`` and ``acked`` events
   of a task whose headers carry a sampled ``traceparent`` (the SDK's price plus delayq's);
 - the same two under ``ParentBased(TraceIdRatioBased(0.1))``, each task's ``traceparent``
-  made by a root span of that sampler (about one in ten sampled).
+  made by a root span of that sampler (about one in ten sampled);
+- ``drain, ...``: the plain drain with metrics, with history (``history=10_000``), and with
+  both plus tracing under ``ParentBased(TraceIdRatioBased(0.01))`` (the tasks sent by the
+  traced queue, so they carry its context): per task, the whole worker's CPU, whose
+  ratio to the plain drain's is the rate such a drain can reach when the CPU limits it.
 
 With every span recorded, a drain can go no faster than ``plain / (plain + SDK span)`` of
 the plain drain's rate when the worker's CPU is what limits it (one process: it is), which
@@ -35,10 +39,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import Link, SpanKind
+from prometheus_client import CollectorRegistry
 
 from delayq import Queue, Worker
-from delayq.events import Hooks, TaskEvent
-from delayq.otel import Instrumentation, remote_parent
+from delayq.events import TaskEvent
+from delayq.metrics import DelayqMetrics
+from delayq.otel import Instrumentation, instrument, remote_parent
 from tests.redis_server import RedisServer
 
 SPANS = 20_000
@@ -87,6 +93,7 @@ def sdk_span(tracer_provider: TracerProvider, headers: list[dict[str, str]]) -> 
         "messaging.operation.type": "process", "messaging.operation.name": "process",
         "messaging.message.id": "0192f0c1-7a51-7b5e-9d6f-3c4b5a697887",
         "delayq.task.attempt": 1, "delayq.lateness_seconds": 0.001,
+        "server.address": "127.0.0.1", "server.port": 6379,
     }  # fmt: skip
 
     def run() -> None:
@@ -102,17 +109,11 @@ def sdk_span(tracer_provider: TracerProvider, headers: list[dict[str, str]]) -> 
     return cpu_per_call(len(parents), run)
 
 
-class _Queue:
-    """What :class:`Instrumentation` uses of a queue."""
-
-    def __init__(self) -> None:
-        self.name = "bench"
-        self.hooks = Hooks()
-
-
 def delayq_span(tracer_provider: TracerProvider, headers: list[dict[str, str]]) -> float:
-    """CPU µs of delayq's listener on a task's ``delivered`` and ``acked`` events."""
-    tracing = Instrumentation(_Queue(), tracer_provider.get_tracer("delayq"))  # type: ignore[arg-type]
+    """CPU µs of delayq's listener on a task's ``delivered`` and ``acked`` events (of a
+    queue that is never connected: the listener sends nothing to Redis)."""
+    queue = Queue.from_url("redis://127.0.0.1:6379/0", name="bench")
+    tracing = Instrumentation(queue, tracer_provider.get_tracer("delayq"))
     events = [
         (
             TaskEvent("delivered", "noop", f"t{i}", 1, lateness=0.001, headers=h),
@@ -126,22 +127,28 @@ def delayq_span(tracer_provider: TracerProvider, headers: list[dict[str, str]]) 
             tracing.on_event(delivered)
             tracing.on_event(acked)
 
-    return cpu_per_call(len(events), run)
+    try:
+        return cpu_per_call(len(events), run)
+    finally:
+        tracing.uninstrument()
 
 
-async def plain_drain(url: str, n: int, round_index: int) -> float:
-    """Worker CPU µs per task draining ``n`` ready tasks of a no-op handler."""
+async def drain(url: str, n: int, round_index: int, observe: Observe | None = None) -> float:
+    """Worker CPU µs per task draining ``n`` ready tasks of a no-op handler, with what
+    ``observe`` switches on for the queue (sends included: the tasks carry what it adds)."""
     queue = Queue.from_url(url, name=f"floor{round_index}")
     done = asyncio.Event()
     handled = 0
 
-    @queue.topic("noop")
     async def noop(body: dict[str, Any]) -> None:
         nonlocal handled
         handled += 1
         if handled >= n:
             done.set()
 
+    queue.topic("noop", history=observe.history if observe else 0)(noop)
+    if observe is not None:
+        observe.apply(queue)
     try:
         for start in range(0, n, 1000):
             await queue.send_many("noop", [{"i": i} for i in range(start, min(start + 1000, n))])
@@ -157,12 +164,36 @@ async def plain_drain(url: str, n: int, round_index: int) -> float:
     return spent / n * 1e6
 
 
+class Observe:
+    """What a drain of :func:`drain` switches on: metrics, history, tracing (sampled)."""
+
+    def __init__(
+        self,
+        *,
+        metrics: bool = False,
+        history: int = 0,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        self.metrics, self.history, self.tracer_provider = metrics, history, tracer_provider
+
+    def apply(self, queue: Queue) -> None:
+        if self.metrics:
+            DelayqMetrics(queue, CollectorRegistry())
+        if self.tracer_provider is not None:
+            instrument(queue, tracer_provider=self.tracer_provider)
+
+
 async def measure(rounds: int, n: int) -> dict[str, list[float]]:
     always = provider(None)
     ratio = provider(ParentBased(TraceIdRatioBased(0.1)))
+    hundredth = provider(ParentBased(TraceIdRatioBased(0.01)))
     sampled, one_in_ten = senders(always, SPANS), senders(ratio, SPANS)
+    everything = Observe(metrics=True, history=10_000, tracer_provider=hundredth)
     steps: dict[str, Callable[[int], Any]] = {
-        "plain drain (worker, per task)": lambda r: plain_drain(server.url, n, r),
+        "plain drain (worker, per task)": lambda r: drain(server.url, n, r),
+        "drain, metrics": lambda r: drain(server.url, n, r, Observe(metrics=True)),
+        "drain, history": lambda r: drain(server.url, n, r, Observe(history=10_000)),
+        "drain, metrics + history + OTel at 0.01": lambda r: drain(server.url, n, r, everything),
         "SDK span, every span recorded": lambda r: sdk_span(always, sampled),
         "delayq span, every span recorded": lambda r: delayq_span(always, sampled),
         "SDK span, ParentBased(TraceIdRatioBased(0.1))": lambda r: sdk_span(ratio, one_in_ten),
@@ -182,6 +213,7 @@ async def measure(rounds: int, n: int) -> dict[str, list[float]]:
         server.close()
         always.shutdown()
         ratio.shutdown()
+        hundredth.shutdown()
     return results
 
 
@@ -195,7 +227,10 @@ def main() -> None:
     print(f"{'CPU µs (median of rounds)':50} {'µs':>7} {'ratio allowed':>14}   rounds")
     for name, values in results.items():
         median = statistics.median(values)
-        allowed = "" if name.startswith("plain") else f"{plain / (plain + median):.2f}x"
+        if name.startswith("drain"):  # a whole drain's CPU: the rate it allows is plain / it
+            allowed = f"{plain / median:.2f}x"
+        else:
+            allowed = "" if name.startswith("plain") else f"{plain / (plain + median):.2f}x"
         spread = " ".join(f"{v:.1f}" for v in values)
         print(f"{name:50} {median:7.1f} {allowed:>14}   {spread}")
 

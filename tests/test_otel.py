@@ -199,3 +199,33 @@ async def test_the_instrumentor_traces_every_queue_created_while_on(
     assert len(exporter.get_finished_spans()) == 1
     await queue.close()
     await later.close()
+
+
+async def test_every_task_of_a_batch_is_processed_in_its_batchs_trace(
+    queue: Queue, start_worker: StartWorker
+) -> None:
+    """The tasks of one send_many share their sender's context (read once for them all)
+    and each gets its own consumer span, a child of the batch's send span."""
+    provider, exporter = tracing()
+    instrument(queue, tracer_provider=provider)
+    events = Events()
+    queue.hooks.add_listener(events)
+
+    @queue.topic("b")
+    async def handler(body: dict[str, int]) -> None:
+        return None
+
+    first = await queue.send_many("b", [{}, {}, {}])
+    second = await queue.send_many("b", [{}, {}])
+    await start_worker(queue)
+    await events.wait_for("acked", 5)
+    spans = exporter.get_finished_spans()
+    sends = [s for s in spans if s.kind == SpanKind.PRODUCER]
+    processed = {
+        s.attributes["messaging.message.id"]: s for s in spans if s.kind == SpanKind.CONSUMER
+    }
+    assert len(sends) == 2 and len(processed) == 5
+    for ids, send in zip((first, second), sorted(sends, key=lambda s: s.start_time), strict=True):
+        for task_id in ids:
+            assert processed[task_id].parent.span_id == send.context.span_id
+            assert processed[task_id].context.trace_id == send.context.trace_id

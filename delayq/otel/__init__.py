@@ -69,6 +69,9 @@ class Instrumentation:
         self._attached: dict[asyncio.Task[Any], object] = {}
         # Per topic: the consumer span's name and fixed attributes, built once.
         self._fixed: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+        # The last sender's context read from a task's headers, and those headers.
+        self._last_seen: tuple[str | None, ...] = (None, None, None)
+        self._last_parent: tuple[context.Context | None, trace.SpanContext | None] = (None, None)
         queue.hooks.on_send(self.around_send)
         queue.hooks.add_listener(self.on_event)
         queue.middleware(self.around_handler)
@@ -127,8 +130,16 @@ class Instrumentation:
 
     def _start(self, event: TaskEvent) -> None:
         parent = sender = None
-        if event.headers:
-            parent, sender = remote_parent(event.headers)
+        headers = event.headers
+        if headers:
+            # The tasks of one send_many share their sender's context: read it once.
+            value = headers.get("traceparent")
+            seen = (value, headers.get("tracestate"), headers.get("baggage"))
+            if value is not None and seen == self._last_seen:
+                parent, sender = self._last_parent
+            else:
+                parent, sender = self._last_parent = remote_parent(headers)
+                self._last_seen = seen
         topic = event.topic
         name, attributes, _ = self._fixed.get(topic) or self._fixed_for(topic)
         span = self.tracer.start_span(
