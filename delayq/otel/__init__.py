@@ -201,6 +201,8 @@ def server_attributes(queue: Queue, topic: str) -> dict[str, Any]:
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 """W3C trace context's ``traceparent`` of version 00, the one :func:`remote_parent` reads
 itself."""
+FLAGS = {"00": trace.TraceFlags(0), "01": trace.TraceFlags(1)}
+EMPTY = context.Context()
 
 
 def remote_parent(
@@ -223,11 +225,14 @@ def remote_parent(
     if not trace_id or not span_id:
         return None, None
     state = headers.get("tracestate")
+    flags = FLAGS.get(match[3])
     sender = trace.SpanContext(
-        trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(int(match[3], 16)),
+        trace_id, span_id, is_remote=True,
+        trace_flags=trace.TraceFlags(int(match[3], 16)) if flags is None else flags,
         trace_state=TraceState.from_header([state]) if state else None,
     )  # fmt: skip
-    return trace.set_span_in_context(trace.NonRecordingSpan(sender)), sender
+    # On an empty context: the parent is the sender's alone, not whatever is current here.
+    return trace.set_span_in_context(trace.NonRecordingSpan(sender), EMPTY), sender
 
 
 def instrument(
