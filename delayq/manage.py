@@ -12,7 +12,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 from delayq.bounds import bounded_int
-from delayq.redis.keys import check_task_id, topics_key
+from delayq.redis.keys import check_task_id, check_topic, topics_key
 from delayq.redis.translate import redis_errors
 from delayq.task import TaskInfo, TopicStats, from_millis, stored_task_info
 
@@ -47,10 +47,14 @@ async def topic_names(redis: Redis, queue_name: str) -> list[str]:
 
 
 async def topic_stats(
-    scripts: Scripts, shards: ShardMap, names: Iterable[str]
+    scripts: Scripts, shards: ShardMap, redis: Redis, queue_name: str, topics: Iterable[str] | None
 ) -> dict[str, TopicStats]:
-    """Counts and controls of each of ``names`` that holds tasks or is controlled (see
-    :meth:`delayq.Queue.stats`)."""
+    """Counts and controls of each of ``topics`` (default: every topic the queue has used)
+    that holds tasks or is controlled (see :meth:`delayq.Queue.stats`)."""
+    if topics is None:
+        names = await topic_names(redis, queue_name)
+    else:
+        names = [check_topic(t) for t in topics]
     result: dict[str, TopicStats] = {}
     for topic in names:
         every = await shards.every(topic)

@@ -1,7 +1,8 @@
-"""Sending: validate and encode what a producer hands over, then run the send scripts (and cancel).
+"""Sending: validate and encode what a producer hands over, then run the send scripts (and
+cancel, reschedule).
 
-:class:`delayq.Queue` delegates ``send``, ``send_delayed``, ``send_at`` and ``send_many``
-here; the public docstrings live on the queue.
+:class:`delayq.Queue` delegates ``send``, ``send_delayed``, ``send_at``, ``send_many``,
+``cancel`` and ``reschedule`` here; the public docstrings live on the queue.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from delayq.bounds import bounded_int
 from delayq.codec import encode_body
-from delayq.duration import to_millis
+from delayq.duration import to_epoch_millis, to_millis
 from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, NotDurableError
 from delayq.events import Sending, TaskEvent
 from delayq.headers import check_headers, encode_headers
@@ -27,6 +28,7 @@ from delayq.topic import check_on_conflict, check_priority, task_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Mapping
+    from datetime import datetime
 
     from pydantic import TypeAdapter
     from redis.asyncio import Redis
@@ -261,6 +263,23 @@ class Producer:
         if cancelled and self._hooks.listeners:
             self._hooks.emit(TaskEvent("cancelled", topic, task_id))
         return cancelled
+
+    async def reschedule(
+        self, topic: str, task_id: str, delay: Duration | None, at: datetime | None
+    ) -> bool:
+        """Run reschedule.lua (see ``Queue.reschedule``): True if the task moved."""
+        if (delay is None) == (at is None):
+            raise InvalidInputError("reschedule takes exactly one of delay= or at=")
+        absolute = at is not None
+        value_ms = to_epoch_millis(at) if at is not None else to_millis(delay or 0, name="delay")
+        task_id = check_task_id(task_id)
+        status, when = await self.scripts.reschedule(
+            await self._shards.route(topic, task_id), task_id, absolute=absolute,
+            value_ms=value_ms, tolerance_ms=self._past_tolerance_ms,
+        )  # fmt: skip
+        if status < 0:
+            raise self.too_far_past(value_ms, when)
+        return status == 1
 
     async def announce(self, topics: Iterable[str]) -> None:
         """Record topic names in the queue's topic set, which ``stats`` reads."""

@@ -20,7 +20,7 @@ import pytest
 
 from delayq import Queue
 from delayq.otel import instrument
-from tests.redis_server import free_port
+from delayq.testing import free_port
 from tests.test_otel import tracing
 from tests.web.conftest import TOKENS
 

@@ -1,35 +1,32 @@
-"""The floor under the OpenTelemetry consumer span: what the SDK itself costs per span,
-beside a plain drain's worker CPU per task, in one process and one run.
+"""What observing a queue costs its worker: metrics, history, OpenTelemetry, in one process.
 
-Each round (the order rotating) measures, as CPU µs of this process (the batch span
-processor's export thread included):
+The ``observe`` scenario (``scripts/bench --scenarios observe``, never in a default run)
+runs this module once a round on the harness's data server.  Each run measures, as CPU µs
+of this process (the batch span processor's export thread included):
 
-- ``plain drain``: a ``Worker`` (concurrency 100) draining ``--n`` ready tasks of a no-op
-  handler from a private ``redis-server``, per task: what a task costs the worker today;
-- ``SDK span``: ``tracer.start_span(...)`` and ``span.end()`` of a CONSUMER span with the
+- ``plain``: a ``Worker`` (concurrency 100) draining ``--n`` ready tasks of a no-op
+  handler, per task: what a task costs the worker with nothing observed;
+- ``metrics``, ``history`` (``history=10_000``), and ``sampled``: the same drain with
+  Prometheus metrics, with history, and with both plus tracing under
+  ``ParentBased(TraceIdRatioBased(0.01))`` (the tasks sent by the traced queue, so they
+  carry its context).  The ratio of the plain drain's CPU to each is the rate such a drain
+  reaches beside a plain one when the worker's CPU limits it (one process: it does);
+- ``sdk_span``: ``tracer.start_span(...)`` and ``span.end()`` of a CONSUMER span with the
   consumer span's attributes, a remote parent and a link, nothing of delayq: the SDK's own
-  price (a ``TracerProvider`` with a ``BatchSpanProcessor`` and an exporter that drops);
-- ``delayq span``: ``delayq.otel``'s listener given the ``delivered`` and ``acked`` events
-  of a task whose headers carry a sampled ``traceparent`` (the SDK's price plus delayq's);
-- the same two under ``ParentBased(TraceIdRatioBased(0.1))``, each task's ``traceparent``
-  made by a root span of that sampler (about one in ten sampled);
-- ``drain, ...``: the plain drain with metrics, with history (``history=10_000``), and with
-  both plus tracing under ``ParentBased(TraceIdRatioBased(0.01))`` (the tasks sent by the
-  traced queue, so they carry its context): per task, the whole worker's CPU, whose
-  ratio to the plain drain's is the rate such a drain can reach when the CPU limits it.
+  price per recorded span (a ``TracerProvider`` with a ``BatchSpanProcessor`` and an
+  exporter that drops); ``delayq_span``: ``delayq.otel``'s listener given the
+  ``delivered`` and ``acked`` events of a task whose headers carry a sampled
+  ``traceparent`` (the SDK's price plus delayq's).  ``delayq_over_sdk`` is delayq's own.
 
-With every span recorded, a drain can go no faster than ``plain / (plain + SDK span)`` of
-the plain drain's rate when the worker's CPU is what limits it (one process: it is), which
-the last column prints.  Run with the dev interpreter::
+Run alone with the dev interpreter (a redis-server of its own)::
 
-    .venv/bin/python -m benchmarks.otel_floor --rounds 5
+    .venv/bin/python -m benchmarks.observe --n 20000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,11 +38,12 @@ from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioB
 from opentelemetry.trace import Link, SpanKind
 from prometheus_client import CollectorRegistry
 
+from benchmarks.common import emit
 from delayq import Queue, Worker
 from delayq.events import TaskEvent
 from delayq.metrics import DelayqMetrics
 from delayq.otel import Instrumentation, instrument, remote_parent
-from tests.redis_server import RedisServer
+from delayq.testing import PrivateRedis
 
 SPANS = 20_000
 
@@ -136,7 +134,7 @@ def delayq_span(tracer_provider: TracerProvider, headers: list[dict[str, str]]) 
 async def drain(url: str, n: int, round_index: int, observe: Observe | None = None) -> float:
     """Worker CPU µs per task draining ``n`` ready tasks of a no-op handler, with what
     ``observe`` switches on for the queue (sends included: the tasks carry what it adds)."""
-    queue = Queue.from_url(url, name=f"floor{round_index}")
+    queue = Queue.from_url(url, name=f"observe{round_index}-{time.monotonic_ns()}")
     done = asyncio.Event()
     handled = 0
 
@@ -183,56 +181,46 @@ class Observe:
             instrument(queue, tracer_provider=self.tracer_provider)
 
 
-async def measure(rounds: int, n: int) -> dict[str, list[float]]:
+async def measure(url: str, n: int) -> dict[str, Any]:
     always = provider(None)
-    ratio = provider(ParentBased(TraceIdRatioBased(0.1)))
     hundredth = provider(ParentBased(TraceIdRatioBased(0.01)))
-    sampled, one_in_ten = senders(always, SPANS), senders(ratio, SPANS)
-    everything = Observe(metrics=True, history=10_000, tracer_provider=hundredth)
-    steps: dict[str, Callable[[int], Any]] = {
-        "plain drain (worker, per task)": lambda r: drain(server.url, n, r),
-        "drain, metrics": lambda r: drain(server.url, n, r, Observe(metrics=True)),
-        "drain, history": lambda r: drain(server.url, n, r, Observe(history=10_000)),
-        "drain, metrics + history + OTel at 0.01": lambda r: drain(server.url, n, r, everything),
-        "SDK span, every span recorded": lambda r: sdk_span(always, sampled),
-        "delayq span, every span recorded": lambda r: delayq_span(always, sampled),
-        "SDK span, ParentBased(TraceIdRatioBased(0.1))": lambda r: sdk_span(ratio, one_in_ten),
-        "delayq span, ParentBased(TraceIdRatioBased(0.1))": lambda r: delayq_span(
-            ratio, one_in_ten
-        ),
-    }
-    results: dict[str, list[float]] = {name: [] for name in steps}
-    server = RedisServer().start()
+    headers = senders(always, SPANS)
+    result: dict[str, Any] = {"n": n, "spans": SPANS}
     try:
-        names = list(steps)
-        for r in range(rounds):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                value = steps[name](r)
-                results[name].append(await value if asyncio.iscoroutine(value) else value)
+        result["plain_cpu_usec"] = await drain(url, n, 0)
+        result["metrics_cpu_usec"] = await drain(url, n, 1, Observe(metrics=True))
+        result["history_cpu_usec"] = await drain(url, n, 2, Observe(history=10_000))
+        everything = Observe(metrics=True, history=10_000, tracer_provider=hundredth)
+        result["sampled_cpu_usec"] = await drain(url, n, 3, everything)
+        result["sdk_span_usec"] = sdk_span(always, headers)
+        result["delayq_span_usec"] = delayq_span(always, headers)
+    finally:
+        always.shutdown()
+        hundredth.shutdown()
+    plain = result["plain_cpu_usec"]
+    for part in ("metrics", "history", "sampled"):
+        result[f"{part}_ratio"] = plain / result[f"{part}_cpu_usec"]
+    result["delayq_over_sdk_usec"] = result["delayq_span_usec"] - result["sdk_span_usec"]
+    return result
+
+
+async def alone(n: int) -> dict[str, Any]:
+    server = PrivateRedis().start()
+    try:
+        return await measure(server.url, n)
     finally:
         server.close()
-        always.shutdown()
-        ratio.shutdown()
-        hundredth.shutdown()
-    return results
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--n", type=int, default=20_000, help="tasks per plain drain")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.observe")
+    parser.add_argument("--redis-url", help="a server to use (default: start one)")
+    parser.add_argument("--n", type=int, default=20_000, help="tasks per drain")
     args = parser.parse_args()
-    results = asyncio.run(measure(args.rounds, args.n))
-    plain = statistics.median(results["plain drain (worker, per task)"])
-    print(f"{'CPU µs (median of rounds)':50} {'µs':>7} {'ratio allowed':>14}   rounds")
-    for name, values in results.items():
-        median = statistics.median(values)
-        if name.startswith("drain"):  # a whole drain's CPU: the rate it allows is plain / it
-            allowed = f"{plain / median:.2f}x"
-        else:
-            allowed = "" if name.startswith("plain") else f"{plain / (plain + median):.2f}x"
-        spread = " ".join(f"{v:.1f}" for v in values)
-        print(f"{name:50} {median:7.1f} {allowed:>14}   {spread}")
+    if args.redis_url:
+        emit(asyncio.run(measure(args.redis_url, args.n)))
+    else:
+        emit(asyncio.run(alone(args.n)), pretty=True)
 
 
 if __name__ == "__main__":
