@@ -5,7 +5,8 @@ runs this module once a round on the harness's data server.  Each run measures, 
 of this process (the batch span processor's export thread included):
 
 - ``plain``: a ``Worker`` (concurrency 100) draining ``--n`` ready tasks of a no-op
-  handler, per task: what a task costs the worker with nothing observed;
+  handler, per task: what a task costs the worker with nothing observed (the mean of a
+  drain before the others and one after them);
 - ``metrics``, ``history`` (``history=10_000``), and ``sampled``: the same drain with
   Prometheus metrics, with history, and with both plus tracing under
   ``ParentBased(TraceIdRatioBased(0.01))`` (the tasks sent by the traced queue, so they
@@ -191,11 +192,16 @@ async def measure(url: str, n: int) -> dict[str, Any]:
     headers = senders(always, SPANS)
     result: dict[str, Any] = {"n": n, "spans": SPANS}
     try:
-        result["plain_cpu_usec"] = await drain(url, n, 0)
+        # The plain drain first and last: the host's drift over the run hits its mean as
+        # it hits the drains in between.
+        first = await drain(url, n, 0)
         result["metrics_cpu_usec"] = await drain(url, n, 1, Observe(metrics=True))
         result["history_cpu_usec"] = await drain(url, n, 2, Observe(history=10_000))
         everything = Observe(metrics=True, history=10_000, tracer_provider=hundredth)
         result["sampled_cpu_usec"] = await drain(url, n, 3, everything)
+        last = await drain(url, n, 4)
+        result["plain_first_cpu_usec"], result["plain_last_cpu_usec"] = first, last
+        result["plain_cpu_usec"] = (first + last) / 2
         result["sdk_span_usec"] = sdk_span(always, headers)
         result["delayq_span_usec"] = delayq_span(always, headers)
     finally:
