@@ -28,6 +28,7 @@ from delayq.errors import (
     RedisUnavailableError,
     Retry,
     ShardCountError,
+    UnknownTopicError,
     UnsupportedRedisError,
     UnsupportedShardingError,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "TimelineWindow",
     "Topic",
     "TopicStats",
+    "UnknownTopicError",
     "UnsupportedRedisError",
     "UnsupportedShardingError",
     "UpcomingPage",

@@ -44,7 +44,7 @@ class QueueParts:
 
     def __init__(
         self, redis: Redis | RedisCluster, name: str, max_body_bytes: int,
-        past_tolerance: Duration, durability: Durability | None,
+        past_tolerance: Duration, durability: Durability | None, strict_topics: bool = False,
     ) -> None:  # fmt: skip
         self.name = check_queue_name(name)
         self.max_body_bytes = bounded_int(max_body_bytes, "max_body_bytes", 1)
@@ -69,7 +69,8 @@ class QueueParts:
         self.producer = Producer(
             self.redis, self.scripts, queue=self.name, keys=self.keys, adapter=self._adapter,
             max_body_bytes=max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,
-            durable=self._durable, hooks=self.hooks, shards=self.shards,
+            durable=self._durable, hooks=self.hooks, shards=self.shards, topics=self.topics,
+            strict=strict_topics,
         )  # fmt: skip
         self.consumer = Consumer(
             self.redis, self.scripts, queue=self.name, keys=self.keys,

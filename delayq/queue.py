@@ -50,13 +50,16 @@ class Queue:
             still run (at once); further in the past raises ``InvalidDurationError``.
         durability: make every send wait for replicas (:class:`~delayq.Durability`) and raise
             ``NotDurableError`` when too few confirm; ``None`` (default): no wait.
+        strict_topics: sends to a topic not registered here raise ``UnknownTopicError``.
     """
 
     def __init__(
         self, redis: Redis | RedisCluster, *, name: str = "default", past_tolerance: Duration = 5.0,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, durability: Durability | None = None,
+        strict_topics: bool = False,
     ) -> None:  # fmt: skip
-        self._parts = parts = QueueParts(redis, name, max_body_bytes, past_tolerance, durability)
+        self._parts = parts = QueueParts(
+            redis, name, max_body_bytes, past_tolerance, durability, strict_topics)  # fmt: skip
         self.name, self.redis, self.topics = parts.name, parts.redis, parts.topics
         self.scripts, self.shards, self.durability = parts.scripts, parts.shards, parts.durability
         self.max_body_bytes, self.past_tolerance_ms = parts.max_body_bytes, parts.past_tolerance_ms
@@ -147,7 +150,7 @@ class Queue:
             cron: a cron expression (5 fields, or 6 with seconds first), evaluated by cronsim in ``tz``.
             every: or a fixed interval (ticks at its multiples since the Unix epoch).
             tz: the IANA time zone of ``cron`` (default UTC).
-            catch_up: which ticks missed while no worker could schedule them run: ``"latest"``,
+            catch_up: which ticks missed while no worker ran (the stored one too) run: ``"latest"``,
                 ``"all"`` or ``"none"`` (:class:`~delayq.ticks.PeriodicOptions`).
 
         Raises:
@@ -288,7 +291,7 @@ class Queue:
 
     async def get(self, topic: str, task_id: str) -> TaskInfo | None:
         """Look a task up by id: its state, body and schedule; None once acked or cancelled, or unknown."""
-        return await get_task(self.scripts, self.shards, topic, task_id)
+        return await get_task(self.scripts, self.shards, topic, task_id, self)
 
     async def topic_names(self) -> list[str]:
         """The names of the topics this queue has used (sent to, or consumed), sorted."""
@@ -306,7 +309,7 @@ class Queue:
         Raises:
             InvalidInputError: ``limit`` < 1 or ``offset`` < 0.
         """
-        return await dead_letters(self.scripts, self.shards, topic, limit, offset)
+        return await dead_letters(self.scripts, self.shards, topic, limit, offset, self)
 
     async def replay(self, topic: str, task_id: str) -> bool:
         """Move a dead-lettered task back to ready (due now), its attempts reset: True if it was dead."""

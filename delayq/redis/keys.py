@@ -22,7 +22,8 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:prio:ready ZSET  -priority -> due ms (13 digits) + id: lease order
     delayq:{shop:order.close}:prio:mark  STRING ms up to which prio's entries are in prio:ready
     delayq:{shop:order.close}:meta       HASH  scheduled -> count of delayed + ready tasks;
-                                               history -> records kept, history_seq
+                                               history -> records kept, history_seq;
+                                               ttr_ms, max_attempts -> its workers' defaults
     delayq:{shop:order.close}:history    STREAM finished tasks, when the topic keeps history
     delayq:{shop:order.close}:rollup     HASH  an hour of activity in 10 s windows (history)
     delayq:{shop:order.close}:archive    HASH  SQL destination -> seq of the last history record
@@ -33,7 +34,9 @@ Redis Cluster slot and every script can touch them atomically::
                                                channels, subscribed one by one, see wakeup.py)
     delayq:{shop:order.close}:periodic   HASH  a periodic topic's chain: fp (its schedule's
                                                fingerprint), last (latest tick scheduled, ms),
-                                               id (that tick's task id)
+                                               id (that tick's task id), judged + missed (the
+                                               last due tick looked at, and whether it fell due
+                                               with no worker there: tick_look.lua)
     delayq:{shop}:topics                 SET   topics that have been used (for stats)
 
 A sharded topic (``@queue.topic(name, shards=N)``, docs/cluster.md) spreads its tasks over N
