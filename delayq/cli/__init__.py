@@ -8,7 +8,7 @@ delayq get    myapp.tasks:queue order.close order-7
 delayq cancel myapp.tasks:queue order.close order-7
 delayq dead   myapp.tasks:queue order.close [--replay ID] [--limit 100]
 delayq pause  myapp.tasks:queue payment.capture      (and `delayq resume ...`)
-delayq web    myapp.tasks:queue --port 8080 [--token-file F]   (needs delayq[web])
+delayq web    myapp.tasks:queue --port 8080 [--token-file F] [--metrics-port 9100]  (needs delayq[web])
 delayq workers myapp.tasks:queue [--json]   (the live workers; also --url/--name)
 delayq periodic myapp.tasks:queue        (periodic topics, next ticks, whether a live worker runs them)
 delayq history myapp.tasks:queue order.close [--limit 100] [--before SEQ] [--json]

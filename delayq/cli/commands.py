@@ -29,19 +29,30 @@ def _info_json(info: TaskInfo) -> str:
 
 async def _worker(queue: Queue, args: argparse.Namespace) -> int:
     topics = [t for t in args.topics.split(",") if t] if args.topics else None
-    if args.metrics_port is not None:
-        try:
-            from delayq.metrics import DelayqMetrics, serve_metrics
-        except ImportError as exc:
-            raise AppImportError(
-                f"--metrics-port needs the prometheus extra (pip install delayq[prometheus]): {exc}"
-            ) from exc
-        DelayqMetrics(queue)
-        serve_metrics(args.metrics_port, addr=args.metrics_addr)
+    _serve_metrics(queue, args)
     await queue.run_worker(
         concurrency=args.concurrency, topics=topics, grace=args.grace, heartbeat=args.heartbeat
     )
     return 0
+
+
+def _serve_metrics(queue: Queue, args: argparse.Namespace) -> None:
+    """With ``--metrics-port``, count what this process does and serve it to Prometheus."""
+    if args.metrics_port is None:
+        return
+    try:
+        from delayq.metrics import DelayqMetrics, serve_metrics
+    except ImportError as exc:
+        raise AppImportError(
+            f"--metrics-port needs the prometheus extra (pip install delayq[prometheus]): {exc}"
+        ) from exc
+    DelayqMetrics(queue)
+    serve_metrics(args.metrics_port, addr=args.metrics_addr)
+
+
+def _metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    parser.add_argument("--metrics-addr", default="0.0.0.0", help="address of --metrics-port")
 
 
 async def _stats(queue: Queue, args: argparse.Namespace) -> int:
@@ -148,6 +159,7 @@ async def _web(queue: Queue, args: argparse.Namespace) -> int:
             print("delayq web: --strict-topics needs an app that registers topics", file=sys.stderr)
             return 2
         queue.hooks.on_send(strict_send_hook(queue.topics, queue.name))
+    _serve_metrics(queue, args)
     await serve(
         queue, tokens, host=args.host, port=args.port, access_log=not args.no_access_log,
         heartbeat=args.heartbeat,
@@ -208,8 +220,7 @@ def _worker_options(worker: argparse.ArgumentParser) -> None:
     """The options of ``delayq worker``."""
     worker.add_argument("--concurrency", type=int, default=50)
     worker.add_argument("--topics", help="comma-separated subset of the registered topics")
-    worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
-    worker.add_argument("--metrics-addr", default="0.0.0.0", help="address of --metrics-port")
+    _metrics_arguments(worker)
     worker.add_argument("--grace", type=float, default=10.0)
     worker.add_argument(
         "--heartbeat", type=float, default=5.0, help="seconds between registry heartbeats"
@@ -285,7 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     dead.add_argument("topic")
     dead.add_argument("--replay", metavar="ID")
     dead.add_argument("--limit", type=int, default=100)
-    _web_options(command("web", _web, "serve the HTTP API and dashboard", app_required=False))
+    web = command("web", _web, "serve the HTTP API and dashboard", app_required=False)
+    _web_options(web)
+    _metrics_arguments(web)
     periodic = command(
         "periodic",
         _periodic,
