@@ -55,7 +55,8 @@ from benchmarks.common import PAYLOAD, cpu_seconds, emit, rate, stopwatch
 from delayq import Queue
 from delayq.redis.clients import open_clients
 from delayq.redis.keys import TopicKeys
-from delayq.redis.scripts import lua_source, waiting_keys
+from delayq.redis.scripts import waiting_keys
+from delayq.redis.source import lua_source
 
 if TYPE_CHECKING:
     from delayq.redis.lane import ScriptLane

@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from delayq import Queue
 from delayq.archive import ArchiveFailed, Archiver, DestinationError, history_table
-from delayq.redis.scripts import lua_source
+from delayq.redis.source import lua_source
 from delayq.task import Envelope
 from tests.apps.runner import module_command, run_cli
 

@@ -11,7 +11,8 @@ import pytest
 import redis.asyncio
 
 from delayq import Queue
-from delayq.redis.scripts import lua_source, reserve_keys
+from delayq.redis.scripts import reserve_keys
+from delayq.redis.source import lua_source
 from tests.helpers import LONG_TTR_MS
 
 RESERVERS = 50

@@ -17,7 +17,7 @@ import redis.asyncio
 
 from delayq import InvalidNameError, Queue, RedisCommandError
 from delayq.redis.keys import BODY_FIELD_SUFFIX
-from delayq.redis.scripts import lua_source
+from delayq.redis.source import lua_source
 from delayq.task import Envelope
 from tests.helpers import (
     LONG_TTR_MS,

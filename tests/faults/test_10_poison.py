@@ -21,7 +21,8 @@ import pytest
 
 from delayq import Queue
 from delayq.redis.keys import BODY_FIELD_SUFFIX
-from delayq.redis.scripts import lua_source, waiting_keys
+from delayq.redis.scripts import waiting_keys
+from delayq.redis.source import lua_source
 from tests.faults.apps.plan import OTHER_TOPIC, TYPED_TOPIC, WORK_TOPIC, install
 from tests.faults.checker import assert_no_loss, check, read_log
 from tests.faults.harness import Producer, consistency_problems

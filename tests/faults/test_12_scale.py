@@ -19,7 +19,8 @@ import statistics
 import time
 
 from delayq import Queue
-from delayq.redis.scripts import lua_source, waiting_keys
+from delayq.redis.scripts import waiting_keys
+from delayq.redis.source import lua_source
 from tests.faults.checker import publish_figures
 from tests.faults.harness import sized
 
