@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from delayq.redis.keys import TopicKeys
+    from delayq.redis.scripts import Scripts
 
 Outcome = Literal["acked", "dead", "cancelled"]
 WINDOW_SECONDS = 10
@@ -156,6 +157,7 @@ class History:
         route: the key names of the shard holding a task of a sharded topic (its records
             are kept in that shard's stream); ``None``: every topic is unsharded.
         every: the key names of every shard of a topic (``None``: one).
+        scripts: the queue's scripts (moving an archive cursor is a script).
     """
 
     def __init__(
@@ -164,11 +166,13 @@ class History:
         keys: Callable[[str], TopicKeys],
         route: Callable[[str, str], Awaitable[TopicKeys]] | None = None,
         every: Callable[[str], Awaitable[list[TopicKeys]]] | None = None,
+        scripts: Callable[[], Scripts] | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
         self._route = route
         self._every = every
+        self._scripts = scripts
 
     async def __call__(
         self, topic: str, limit: int = 100, before: int | None = None
@@ -325,6 +329,48 @@ class History:
                     done += sum(int(c) for c in counts if c is not None)
             rates[topic] = done / span
         return rates
+
+    # -- for copying history elsewhere (delayq.archive) ----------------------------------
+
+    async def records_after(
+        self, topic: str, keys: TopicKeys, seq: int, limit: int
+    ) -> list[HistoryRecord]:
+        """The oldest records of one shard of ``topic`` numbered after ``seq``: about
+        ``limit`` of them, whole stream entries (an entry holds one script call's records),
+        at least one entry when any is left."""
+        records: list[HistoryRecord] = []
+        async with redis_errors():
+            # The entry holding record ``seq`` may hold later ones too (an entry's ID is its
+            # first record's number), when a copy stopped mid-entry.
+            page: list[Any] = await self._redis.xrevrange(
+                keys.history, f"{seq}-0", "-", count=1
+            ) or []  # fmt: skip
+            start = f"({seq}-0"
+            while len(records) < limit:
+                for entry_id, fields in page:
+                    if records and len(records) + len(fields) > limit:
+                        return records
+                    records += [r for r in parse_entry(topic, entry_id, fields) if r.seq > seq]
+                if page:
+                    last = page[-1][0]
+                    start = f"({last.decode() if isinstance(last, bytes) else last}"
+                page = await self._redis.xrange(keys.history, start, "+", count=16) or []
+                if not page:
+                    break
+        return records
+
+    async def archive_cursor(self, keys: TopicKeys, destination: str) -> int:
+        """The number of the last record of this shard that ``destination`` holds (0: none)."""
+        async with redis_errors():
+            held = await self._redis.hget(keys.archive, destination)
+        return int(held) if held else 0
+
+    async def advance_archive_cursor(self, keys: TopicKeys, destination: str, seq: int) -> int:
+        """Move ``destination``'s cursor of this shard to ``seq`` once the records up to it
+        are committed there; it never moves back.  Returns the cursor after the call."""
+        if self._scripts is None:
+            raise RuntimeError("History was made without the queue's scripts")
+        return await self._scripts().archived(keys, destination, seq)
 
 
 def _first(entry_id: bytes | str) -> int:

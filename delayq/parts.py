@@ -66,7 +66,9 @@ class QueueParts:
             self.name, lambda: self.scripts, self.keys, self._declared_shards,
             sharded_wake=self._cluster,
         )  # fmt: skip
-        self.history = History(self.redis, self.keys, self.shards.route, self.shards.every)
+        self.history = History(
+            self.redis, self.keys, self.shards.route, self.shards.every, lambda: self.scripts
+        )
         self.registry = Registry(self.redis, self.name)
         self.producer = Producer(
             self.redis, self.scripts, queue=self.name, keys=self.keys, adapter=self._adapter,

@@ -22,22 +22,18 @@ from delayq.archive.table import (
     row,
 )
 from delayq.bounds import bounded_int
-from delayq.history import HistoryRecord, parse_entry
-from delayq.redis.source import lua_source
-from delayq.redis.translate import redis_errors
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from sqlalchemy.ext.asyncio import AsyncConnection
 
+    from delayq.history import HistoryRecord
     from delayq.queue import Queue
     from delayq.redis.keys import TopicKeys
 
 log = logging.getLogger("delayq.archive")
 MAX_BATCH = 5_000
-PAGE = 16
-"""Stream entries read per XRANGE (an entry holds the records of one script call)."""
 
 
 class Archiver:
@@ -78,7 +74,6 @@ class Archiver:
         self._migrate = migrate
         self._naive_utc = self.engine.dialect.name != "postgresql"
         self._prepared = False
-        self._advance_script = queue.redis.register_script(lua_source("archived"))
 
     async def close(self) -> None:
         """Dispose of the engine if this archiver made it."""
@@ -153,9 +148,7 @@ class Archiver:
 
     async def cursor(self, keys: TopicKeys) -> int:
         """The ``seq`` of the last record of this shard's history the table holds."""
-        async with redis_errors():
-            held = await self.queue.redis.hget(keys.archive, self.name)
-        return int(held) if held else 0
+        return await self.queue.history.archive_cursor(keys, self.name)
 
     async def _archive_shard(self, topic: str, keys: TopicKeys) -> int:
         cursor = await self.cursor(keys)
@@ -180,28 +173,8 @@ class Archiver:
                 raise refused
 
     async def _after(self, topic: str, keys: TopicKeys, cursor: int) -> list[HistoryRecord]:
-        """The oldest records after ``cursor``, up to about ``batch`` (whole stream entries,
-        at least one)."""
-        records: list[HistoryRecord] = []
-        async with redis_errors():
-            # The entry holding the cursor's record may hold later ones too (an entry's ID
-            # is its first record's number), when the cursor was set mid-entry.
-            page: list[Any] = await self.queue.redis.xrevrange(
-                keys.history, f"{cursor}-0", "-", count=1
-            ) or []  # fmt: skip
-            start = f"({cursor}-0"
-            while len(records) < self.batch:
-                for entry_id, fields in page:
-                    if records and len(records) + len(fields) > self.batch:
-                        return records
-                    records += [r for r in parse_entry(topic, entry_id, fields) if r.seq > cursor]
-                if page:
-                    last = page[-1][0]
-                    start = f"({last.decode() if isinstance(last, bytes) else last}"
-                page = await self.queue.redis.xrange(keys.history, start, "+", count=PAGE) or []
-                if not page:
-                    break
-        return records
+        """The oldest records after ``cursor``, up to about ``batch``."""
+        return await self.queue.history.records_after(topic, keys, cursor, self.batch)
 
     async def _insert(
         self, shard: int, records: list[HistoryRecord]
@@ -235,8 +208,7 @@ class Archiver:
 
     async def _advance(self, keys: TopicKeys, seq: int) -> None:
         """Move the cursor to ``seq`` (only after the records up to it were committed)."""
-        async with redis_errors():
-            await self._advance_script(keys=[keys.archive], args=[self.name, seq])
+        await self.queue.history.advance_archive_cursor(keys, self.name, seq)
 
     def _connect(self) -> _Connecting:
         return _Connecting(self)

@@ -207,3 +207,8 @@ class Scripts(TaskScripts):
         args = () if offset_ms is None else (offset_ms, keys.wake_publish)
         now, offset = await self._run("clock", (keys.clock,), args)
         return _int(now), _int(offset)
+
+    async def archived(self, keys: TopicKeys, destination: str, seq: int) -> int:
+        """Run archived.lua: move ``destination``'s archive cursor of this shard forward to
+        ``seq`` (never back).  Returns the cursor after the call."""
+        return _int(await self._run("archived", (keys.archive,), (destination, seq)))
