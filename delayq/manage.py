@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from delayq.bounds import bounded_int
 from delayq.redis.keys import check_task_id, topics_key
@@ -103,3 +103,47 @@ async def set_controls(
     """Write ``fields`` into the ``controls`` hash of every shard of ``topic``."""
     for keys in await shards.every(topic):
         await scripts.control(keys, fields)
+
+
+DEAD_BATCH = 500
+"""Dead letters one script call replays or deletes: a call stays well under a millisecond
+of Redis's time, so a topic of a million letters never blocks other clients for long."""
+
+
+async def dead_bulk(
+    scripts: Scripts,
+    shards: ShardMap,
+    topic: str,
+    mode: Literal["replay", "delete"],
+    history: int = 0,
+) -> int:
+    """Replay or delete every dead letter of ``topic``, :data:`DEAD_BATCH` per script call
+    (see :meth:`delayq.Queue.replay_dead`). Returns how many."""
+    done = 0
+    for keys in await shards.every(topic):
+        while True:
+            count = await scripts.dead_bulk(keys, mode, DEAD_BATCH, history)
+            if not count:
+                break
+            done += count
+    return done
+
+
+async def forget(
+    redis: Redis,
+    scripts: Scripts,
+    shards: ShardMap,
+    queue_name: str,
+    topic: str,
+    idle_ms: int | None = None,
+) -> bool:
+    """Clean ``topic``'s stored state and drop it from the topic set if it holds no task
+    (see :meth:`delayq.Queue.forget`). Returns whether it was forgotten."""
+    every = await shards.every(topic)
+    # Every shard must agree first: a sweep's call only deletes a shard seen idle that long.
+    for keys in every:
+        if not await scripts.forget(keys, idle_ms):
+            return False
+    async with redis_errors():
+        await redis.srem(topics_key(queue_name), topic)
+    return True

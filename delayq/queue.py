@@ -14,7 +14,16 @@ from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
 from delayq.events import Hooks
 from delayq.history import History
-from delayq.manage import dead_letters, get_task, replay, set_controls, topic_names, topic_stats
+from delayq.manage import (
+    dead_bulk,
+    dead_letters,
+    forget,
+    get_task,
+    replay,
+    set_controls,
+    topic_names,
+    topic_stats,
+)
 from delayq.middleware import Lifespan, Middleware, check_lifespan, check_middleware
 from delayq.producer import Producer
 from delayq.redis.clients import close_client, open_sentinel, open_url
@@ -471,7 +480,13 @@ class Queue:
             True if it existed and was removed; False if unknown, already done, or reserved
             (running now: a running task cannot be recalled).
         """
-        return await self._producer.cancel(topic, check_task_id(task_id))
+        return await self._producer.cancel(topic, check_task_id(task_id), self._history_of(topic))
+
+    def _history_of(self, topic: str) -> int:
+        """The history ``topic`` keeps as registered in this process (0: not registered
+        here, or none); a script then also reads what its workers recorded."""
+        registered = self.topics.get(topic)
+        return registered.options.history if registered else 0
 
     async def reschedule(
         self, topic: str, task_id: str, *, delay: Duration | None = None,
@@ -536,6 +551,33 @@ class Queue:
             True if the task was dead and is now ready again.
         """
         return await replay(self.scripts, self.shards, topic, task_id)
+
+    async def replay_dead(self, topic: str) -> int:
+        """Move every dead letter of ``topic`` back to ready (due now), attempts reset, in
+        batches of one script call each. Returns how many were replayed."""
+        return await dead_bulk(self.scripts, self.shards, check_topic(topic), "replay")
+
+    async def delete_dead(self, topic: str) -> int:
+        """Delete every dead letter of ``topic``, in batches of one script call each; a topic
+        that keeps history records each as cancelled. Returns how many were deleted."""
+        topic = check_topic(topic)
+        return await dead_bulk(self.scripts, self.shards, topic, "delete", self._history_of(topic))
+
+    async def forget(self, topic: str, *, idle: Duration | None = None) -> bool:
+        """Clean the stored state of ``topic`` (controls, history, activity, counters) and
+        drop it from :meth:`topic_names`, if it holds no task.
+
+        Args:
+            idle: only if it has no controls and was seen idle (no task, no send, lease or
+                finished task) for this long by earlier calls; each call notes what it saw.
+
+        Returns:
+            True if forgotten; False if it holds tasks (or is not yet idle that long).
+        """
+        idle_ms = None if idle is None else to_millis(idle, name="idle")
+        return await forget(
+            self.redis, self.scripts, self.shards, self.name, check_topic(topic), idle_ms
+        )
 
     async def upcoming(
         self, topic: str, *, limit: int = 50, cursor: str | None = None

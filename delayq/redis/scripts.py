@@ -98,7 +98,8 @@ class Scripts:
         copies that read it (:func:`delayq.redis.source.use_test_clock`)."""
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters", "upcoming", "timeline",
-                 "control", "tick", "tick_state", "rollup", "shards", "clock")  # fmt: skip
+                 "control", "tick", "tick_state", "rollup", "shards", "clock", "dead_bulk",
+                 "forget")  # fmt: skip
         self._scripts = {
             name: self._client.register_script(lua_source(name, test_clock=test_clock_on()))
             for name in names
@@ -308,10 +309,24 @@ class Scripts:
         """Run extend.lua. Returns the new lease deadline in ms, or 0 when the lease was lost."""
         return _int(await self._run("extend", (keys.prefix, keys.reserved), (task_id, token, ms)))
 
-    async def cancel(self, keys: TopicKeys, task_id: str) -> bool:
-        """Run cancel.lua. Returns whether a delayed, ready or dead task was removed."""
-        keyset = waiting_keys(keys)
-        return bool(_int(await self._run("cancel", keyset, (task_id,))))
+    async def cancel(self, keys: TopicKeys, task_id: str, history: int = 0) -> bool:
+        """Run cancel.lua. Returns whether a delayed, ready or dead task was removed; a
+        topic this process registered with ``history`` records it (0: as its workers say)."""
+        args: tuple[str | int, ...] = (task_id, history) if history else (task_id,)
+        return bool(_int(await self._run("cancel", waiting_keys(keys), args)))
+
+    async def dead_bulk(
+        self, keys: TopicKeys, mode: Literal["replay", "delete"], most: int, history: int = 0
+    ) -> int:
+        """Run dead_bulk.lua: replay or delete up to ``most`` dead letters. Returns how many."""
+        args = (mode, most, keys.wake_publish, history)
+        return _int(await self._run("dead_bulk", waiting_keys(keys), args))
+
+    async def forget(self, keys: TopicKeys, idle_ms: int | None = None) -> bool:
+        """Run forget.lua: delete the keys of a topic that holds no task (``idle_ms``: only
+        once a sweep has seen it idle, with no controls, that long). Returns whether it did."""
+        args = ("now", 0) if idle_ms is None else ("idle", idle_ms)
+        return bool(_int(await self._run("forget", keys.stored(), args)))
 
     async def reschedule(
         self, keys: TopicKeys, task_id: str, *, absolute: bool, value_ms: int, tolerance_ms: int

@@ -1,0 +1,124 @@
+"""The operator's routes beyond a single task: every dead letter of a topic at once, the
+history filtered by outcome, and the sweep that forgets topics idle for a day."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel
+
+from delayq.web.depends import only_query
+from delayq.web.errors import ERROR_RESPONSES, naming
+from delayq.web.models import HistoryPage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from delayq.history import HistoryRecord
+    from delayq.queue import Queue
+    from delayq.web.auth import Scope
+    from delayq.web.depends import Check
+
+IDLE = timedelta(hours=24)
+"""How long a topic with no task and no controls stays on the overview."""
+SWEEP_EVERY = 600.0
+"""Seconds between two sweeps of one web process (each costs one script call per topic)."""
+FILTER_SCAN = 10_000
+"""Most history records one filtered page reads before it answers what it found."""
+
+
+class Count(BaseModel):
+    """How many tasks a bulk action touched."""
+
+    count: int
+
+
+class Operate:
+    """The routes, as methods; :meth:`router` lists each with its path and scope."""
+
+    def __init__(
+        self, queue: Queue, require: Callable[[Scope], Check], name: Callable[[str], str]
+    ) -> None:
+        self.queue = queue
+        self.require = require
+        self.name = name
+        """Decodes a path segment (``delayq.web.api.name``)."""
+
+    def router(self) -> APIRouter:
+        """The FastAPI routes (registered before the per-task ones, whose paths they share)."""
+        router = APIRouter(prefix="/api", responses=ERROR_RESPONSES)
+        routes: list[tuple[str, str, Scope, Callable[..., Any]]] = [
+            ("POST", "/topics/{topic}/dead/replay", "admin", self.replay_dead),
+            ("DELETE", "/topics/{topic}/dead", "admin", self.delete_dead),
+        ]
+        for method, path, scope, endpoint in routes:
+            router.add_api_route(
+                path, endpoint, methods=[method], response_model=Count,
+                dependencies=[Depends(self.require(scope)), Depends(only_query())],
+                openapi_extra={"x-scope": scope},
+            )  # fmt: skip
+        return router
+
+    async def replay_dead(self, topic: str) -> Count:
+        """Move every dead letter of the topic back to ready (due now, attempts reset), in
+        batches of one script call each; answers how many."""
+        with naming("topic"):
+            return Count(count=await self.queue.replay_dead(self.name(topic)))
+
+    async def delete_dead(self, topic: str) -> Count:
+        """Delete every dead letter of the topic (recorded as cancelled when it keeps
+        history), in batches of one script call each; answers how many."""
+        with naming("topic"):
+            return Count(count=await self.queue.delete_dead(self.name(topic)))
+
+
+async def filtered_history(
+    queue: Queue,
+    topic: str,
+    limit: int,
+    before: int | None,
+    outcome: Literal["acked", "dead", "cancelled"],
+) -> HistoryPage:
+    """A page of ``topic``'s records of one ``outcome``, newest first, reading at most
+    :data:`FILTER_SCAN` records; ``next_before`` continues after the last one read."""
+    found: list[HistoryRecord] = []
+    scanned = 0
+    cursor = before
+    while len(found) < limit and scanned < FILTER_SCAN:
+        records = await queue.history(topic, limit=500, before=cursor)
+        scanned += len(records)
+        for record in records:
+            cursor = record.seq
+            if record.outcome == outcome:
+                found.append(record)
+                if len(found) == limit:
+                    break
+        if len(records) < 500:  # the oldest record was read
+            if len(found) < limit:
+                cursor = None
+            break
+    return HistoryPage(topic=topic, limit=limit, records=found, next_before=cursor)
+
+
+class Sweeper:
+    """Forgets topics with no task and no controls once seen idle for :data:`IDLE`
+    (``Queue.forget``), at most once per :data:`SWEEP_EVERY` seconds of one process."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self._last: float | None = None
+
+    async def sweep(self, names: list[str]) -> list[str]:
+        """``names`` without those forgotten now (when a sweep is due)."""
+        now = asyncio.get_running_loop().time()
+        if self._last is not None and now - self._last < SWEEP_EVERY:
+            return names
+        self._last = now
+        kept = []
+        for topic in names:
+            if not await self.queue.forget(topic, idle=IDLE):
+                kept.append(topic)
+        return kept
