@@ -1,0 +1,78 @@
+"""The operator's routes for a topic as a whole, history by outcome, and create_app's
+token argument, against a real Redis."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from delayq import Queue
+from delayq.web import create_app
+from tests.web.conftest import TOKENS, auth
+
+A, R = auth("admin"), auth("read")
+
+
+async def _bury(queue: Queue, topic: str, count: int) -> None:
+    for n in range(count):
+        await queue.send(topic, {"n": n}, task_id=f"d{n}")
+    for task in await queue.consumer.lease(topic, limit=count):
+        await queue.consumer.nack(task.lease_token, dead=True, error="boom")
+
+
+async def test_replay_all_and_delete_all_answer_the_count(
+    client: httpx.AsyncClient, queue: Queue
+) -> None:
+    await _bury(queue, "t", 3)
+    refused = await client.post("/api/topics/t/dead/replay", headers=auth("produce"))
+    assert refused.status_code == 403
+    replayed = await client.post("/api/topics/t/dead/replay", headers=A)
+    assert (replayed.status_code, replayed.json()) == (200, {"count": 3})
+    assert (await queue.stats(["t"]))["t"].ready == 3
+    await _bury(queue, "u", 2)
+    deleted = await client.delete("/api/topics/u/dead", headers=A)
+    assert (deleted.status_code, deleted.json()) == (200, {"count": 2})
+    assert await queue.stats(["u"]) == {}
+    assert (await client.delete("/api/topics/u/dead", headers=A)).json() == {"count": 0}
+    # A single letter's replay is still its own route.
+    assert (await client.post("/api/topics/u/dead/d0/replay", headers=A)).status_code == 404
+
+
+async def test_history_filters_by_outcome_and_pages(
+    client: httpx.AsyncClient, queue: Queue
+) -> None:
+    @queue.topic("h", history=100)
+    async def handler(body: object) -> None: ...
+
+    for n in range(5):
+        await queue.send_delayed("h", {"n": n}, 60, task_id=f"c{n}")
+        assert await queue.cancel("h", f"c{n}")
+    await _bury(queue, "h", 2)
+    page = (await client.get("/api/topics/h/history?outcome=cancelled&limit=3", headers=R)).json()
+    assert [r["id"] for r in page["records"]] == ["c4", "c3", "c2"]
+    after = page["next_before"]
+    rest = await client.get(
+        f"/api/topics/h/history?outcome=cancelled&limit=3&before={after}", headers=R
+    )
+    assert [r["id"] for r in rest.json()["records"]] == ["c1", "c0"]
+    assert rest.json()["next_before"] is None
+    dead = (await client.get("/api/topics/h/history?outcome=dead", headers=R)).json()
+    assert sorted(r["id"] for r in dead["records"]) == ["d0", "d1"]
+    bad = await client.get("/api/topics/h/history?outcome=done", headers=R)
+    assert (bad.status_code, bad.json()["field"]) == (422, "outcome")
+
+
+async def test_create_app_takes_a_plain_mapping_of_tokens(queue: Queue) -> None:
+    app = create_app(queue, tokens={TOKENS["admin"]: ["read", "produce"]})
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://delayq") as client:
+        sent = await client.post("/api/topics/t/tasks", json={"body": 1}, headers=A)
+        assert sent.status_code == 201
+        who = await client.get("/api/whoami", headers=A)
+        assert who.json()["scopes"] == ["produce", "read"]
+
+
+@pytest.mark.parametrize("tokens", [["read-token-0123456789"], "read-token-0123456789", 5])
+def test_create_app_refuses_anything_else_at_once(queue: Queue, tokens: object) -> None:
+    with pytest.raises(TypeError, match="Tokens or a mapping of token -> scopes"):
+        create_app(queue, tokens=tokens)  # type: ignore[arg-type]
