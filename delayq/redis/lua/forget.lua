@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- forget.lua: delete every key of a topic (one shard of it) that holds no task.
 -- KEYS[1] prefix (see _layout.lua)   KEYS[2] wheel (ZSET)   KEYS[3] reserved (ZSET)
 -- KEYS[4] dead (ZSET)   KEYS[5] controls (HASH)   KEYS[6] meta (HASH)   KEYS[7] seq (STRING)
