@@ -316,7 +316,7 @@ class Api:
         topic: one page of the shards' newest records, `next_before` null)."""
         topic = name(topic)
         with naming("topic", "limit", "before"):
-            if outcome is not None:  # only that `outcome`, reading up to 10,000 records
+            if outcome is not None:  # only that `outcome`, reading up to 2,000 records
                 return await filtered_history(self.queue, topic, limit, before, outcome)
             records = await self.queue.history(topic, limit=limit, before=before)
         # A sharded topic numbers its records per shard: one merged page, no next one.

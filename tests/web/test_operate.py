@@ -3,11 +3,14 @@ token argument, against a real Redis."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
+
 import httpx
 import pytest
 
 from delayq import Queue
-from delayq.web import create_app
+from delayq.web import api, create_app, operate
 from tests.web.conftest import TOKENS, auth
 
 A, R = auth("admin"), auth("read")
@@ -76,3 +79,25 @@ async def test_create_app_takes_a_plain_mapping_of_tokens(queue: Queue) -> None:
 def test_create_app_refuses_anything_else_at_once(queue: Queue, tokens: object) -> None:
     with pytest.raises(TypeError, match="Tokens or a mapping of token -> scopes"):
         create_app(queue, tokens=tokens)  # type: ignore[arg-type]
+
+
+async def test_the_overview_sweeps_idle_topics_a_step_at_a_time(
+    client: httpx.AsyncClient, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(operate, "IDLE", timedelta(milliseconds=1))
+    monkeypatch.setattr(operate, "SWEEP_EVERY", 0.0)
+    monkeypatch.setattr(operate, "SWEEP_STEP", 2)
+    monkeypatch.setattr(api, "NAMES_TTL", -1.0)
+    await queue.announce(["a", "b", "c", "typo"])
+    await queue.send_delayed("b", {}, 60)
+    await queue.pause("c")
+
+    async def names() -> list[str]:
+        page = (await client.get("/api/stats", headers=R)).json()
+        return [t["name"] for t in page["topics"]]
+
+    assert await names() == ["a", "b", "c", "typo"]  # a and b first seen idle (a) or not
+    async with asyncio.timeout(5):
+        while await names() != ["b", "c"]:
+            await asyncio.sleep(0.01)
+    assert await queue.topic_names() == ["b", "c"]
