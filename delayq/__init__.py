@@ -33,6 +33,7 @@ from delayq.errors import (
 )
 from delayq.events import Hooks, Sending, TaskEvent
 from delayq.limits import RateLimit
+from delayq.manage import RunningPage
 from delayq.middleware import CallNext, Middleware
 from delayq.queue import Queue
 from delayq.redis.durability import Durability
@@ -75,6 +76,7 @@ __all__ = [
     "RedisUnavailableError",
     "ShardCountError",
     "Retry",
+    "RunningPage",
     "SendOutcome",
     "SendResult",
     "Sending",

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel
 
 from delayq.bounds import bounded_int
 from delayq.redis.keys import check_task_id, topics_key
@@ -147,3 +150,38 @@ async def forget(
     async with redis_errors():
         await redis.srem(topics_key(queue_name), topic)
     return True
+
+
+class RunningPage(BaseModel):
+    """A page of a topic's leased tasks (:meth:`delayq.Queue.running`)."""
+
+    now: datetime
+    """Redis's time when read: a lease whose deadline is before it has expired, and the
+    next lease of its topic reclaims the task (runs it again, or dead-letters it)."""
+    total: int
+    """Leases the topic holds."""
+    tasks: list[TaskInfo]
+    """Soonest lease deadline first, each with its ``lease_deadline``."""
+
+
+async def leased(
+    scripts: Scripts, shards: ShardMap, topic: str, limit: int, offset: int
+) -> RunningPage:
+    """A page of ``topic``'s leased tasks (see :meth:`delayq.Queue.running`)."""
+    bounded_int(limit, "limit", 1, 500)
+    bounded_int(offset, "offset", 0)
+    every = await shards.every(topic)
+    if len(every) == 1:
+        now, total, rows = await scripts.running(every[0], offset=offset, limit=limit)
+    else:
+        pages = await asyncio.gather(*(
+            scripts.running(k, offset=0, limit=offset + limit) for k in every
+        ))  # fmt: skip
+        now, total = max(p[0] for p in pages), sum(p[1] for p in pages)
+        merged = heapq.merge(*(page[2] for page in pages), key=lambda r: (r[3], r[0]))
+        rows = list(merged)[offset : offset + limit]
+    tasks = [
+        stored_task_info(topic, task_id, "reserved", raw, error, ends, from_millis(ends), None)
+        for task_id, raw, error, ends in rows
+    ]
+    return RunningPage(now=from_millis(now), total=total, tasks=tasks)

@@ -15,10 +15,12 @@ from delayq.errors import InvalidInputError
 from delayq.events import Hooks
 from delayq.history import History
 from delayq.manage import (
+    RunningPage,
     dead_bulk,
     dead_letters,
     forget,
     get_task,
+    leased,
     replay,
     set_controls,
     topic_names,
@@ -551,6 +553,16 @@ class Queue:
             True if the task was dead and is now ready again.
         """
         return await replay(self.scripts, self.shards, topic, task_id)
+
+    async def running(self, topic: str, limit: int = 50, offset: int = 0) -> RunningPage:
+        """A page of ``topic``'s leased tasks (by workers or HTTP consumers), soonest lease
+        deadline first, with Redis's time: a deadline before it is an expired lease that
+        the topic's next lease reclaims.
+
+        Raises:
+            InvalidInputError: ``limit`` not in 1..500 or ``offset`` < 0.
+        """
+        return await leased(self.scripts, self.shards, check_topic(topic), limit, offset)
 
     async def replay_dead(self, topic: str) -> int:
         """Move every dead letter of ``topic`` back to ready (due now), attempts reset, in

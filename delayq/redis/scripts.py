@@ -99,7 +99,7 @@ class Scripts:
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters", "upcoming", "timeline",
                  "control", "tick", "tick_state", "rollup", "shards", "clock", "dead_bulk",
-                 "forget")  # fmt: skip
+                 "forget", "running")  # fmt: skip
         self._scripts = {
             name: self._client.register_script(lua_source(name, test_clock=test_clock_on()))
             for name in names
@@ -402,6 +402,21 @@ class Scripts:
             for i in range(1, len(reply), 4)
         ]
         return _int(reply[0]), rows
+
+    async def running(
+        self, keys: TopicKeys, *, offset: int, limit: int
+    ) -> tuple[int, int, list[tuple[str, bytes | None, str | None, int]]]:
+        """Run running.lua. Returns (now ms, leases held, [(id, envelope, error, lease
+        deadline ms), ...]) in deadline order."""
+        reply = await self._run(
+            "running", (keys.prefix, keys.reserved, keys.errors), (offset, limit)
+        )
+        rows = [
+            (_text(reply[i]), reply[i + 1] or None, _text(reply[i + 2]) if reply[i + 2] else None,
+             int(float(reply[i + 3])))
+            for i in range(2, len(reply), 4)
+        ]  # fmt: skip
+        return _int(reply[0]), _int(reply[1]), rows
 
     async def upcoming(
         self, keys: TopicKeys, *, limit: int, after: tuple[int, str] | None

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
+from delayq.task import TaskInfo
 from delayq.web.depends import only_query
 from delayq.web.errors import ERROR_RESPONSES, naming
 from delayq.web.models import HistoryPage
@@ -41,6 +42,25 @@ class Count(BaseModel):
     count: int
 
 
+class RunningTask(TaskInfo):
+    """A leased task, and whether its lease expired (its deadline passed on Redis's clock,
+    and no lease of its topic has reclaimed it yet)."""
+
+    lease_expired: bool
+
+
+class RunningTasks(BaseModel):
+    """A page of a topic's leased tasks, soonest lease deadline first."""
+
+    topic: str
+    now: datetime
+    """Redis's time when read."""
+    total: int
+    offset: int
+    limit: int
+    tasks: list[RunningTask]
+
+
 class Operate:
     """The routes, as methods; :meth:`router` lists each with its path and scope."""
 
@@ -65,7 +85,31 @@ class Operate:
                 dependencies=[Depends(self.require(scope)), Depends(only_query())],
                 openapi_extra={"x-scope": scope},
             )  # fmt: skip
+        router.add_api_route(
+            "/topics/{topic}/running", self.running, methods=["GET"], response_model=RunningTasks,
+            dependencies=[Depends(self.require("read")), Depends(only_query("offset", "limit"))],
+            openapi_extra={"x-scope": "read"},
+        )  # fmt: skip
         return router
+
+    async def running(
+        self,
+        topic: str,
+        offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> RunningTasks:
+        """A page of the topic's leased tasks (by workers or HTTP consumers), soonest lease
+        deadline first, each flagged when its lease expired."""
+        topic = self.name(topic)
+        with naming("topic"):
+            page = await self.queue.running(topic, limit=limit, offset=offset)
+        tasks = [
+            RunningTask(**t.model_dump(), lease_expired=t.lease_deadline is not None
+                        and t.lease_deadline < page.now)
+            for t in page.tasks
+        ]  # fmt: skip
+        return RunningTasks(topic=topic, now=page.now, total=page.total, offset=offset,
+                            limit=limit, tasks=tasks)  # fmt: skip
 
     async def replay_dead(self, topic: str) -> Count:
         """Move every dead letter of the topic back to ready (due now, attempts reset), in

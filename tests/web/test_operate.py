@@ -11,6 +11,7 @@ import pytest
 
 from delayq import Queue
 from delayq.web import api, create_app, operate
+from tests.helpers import expire_lease
 from tests.web.conftest import TOKENS, auth
 
 A, R = auth("admin"), auth("read")
@@ -101,3 +102,24 @@ async def test_the_overview_sweeps_idle_topics_a_step_at_a_time(
         while await names() != ["b", "c"]:
             await asyncio.sleep(0.01)
     assert await queue.topic_names() == ["b", "c"]
+
+
+async def test_running_lists_leases_and_flags_the_expired(
+    client: httpx.AsyncClient, queue: Queue
+) -> None:
+    for n in range(3):
+        await queue.send("r", {"n": n}, task_id=f"r{n}")
+    leases = await queue.consumer.lease("r", limit=3, ttr=60)
+    assert len(leases) == 3
+    await expire_lease(queue.redis, queue.keys("r"), "r1")
+    page = (await client.get("/api/topics/r/running", headers=R)).json()
+    assert page["total"] == 3
+    flags = {t["id"]: t["lease_expired"] for t in page["tasks"]}
+    assert flags == {"r0": False, "r1": True, "r2": False}
+    assert all(t["state"] == "reserved" and t["lease_deadline"] for t in page["tasks"])
+    assert page["tasks"][0]["id"] == "r1"  # soonest deadline first
+    second = (await client.get("/api/topics/r/running?offset=1&limit=1", headers=R)).json()
+    assert len(second["tasks"]) == 1 and second["tasks"][0]["id"] != "r1"
+    await queue.consumer.ack(leases[0].lease_token)
+    assert (await client.get("/api/topics/r/running", headers=R)).json()["total"] == 2
+    assert (await client.get("/api/topics/none/running", headers=R)).json()["tasks"] == []
