@@ -21,6 +21,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 from delayq import Queue
 from tests.fixtures_delayq import StartWorker
+from tests.helpers import expire_lease
 from tests.redis_server import RedisServer
 from tests.web.conftest import TOKENS
 from tests.web.server import WebServer
@@ -304,3 +305,19 @@ async def test_an_operator_reads_history_and_acts_on_tasks_with_confirmation(
     await page.click("#lookup button")
     await expect(page.locator("#notice")).to_contain_text("give the task's topic too")
     assert (await page.request.get(f"{web.url}/favicon.ico")).ok
+
+
+async def test_the_running_section_flags_an_expired_lease(
+    browser: Browser, web: WebServer, queue: Queue
+) -> None:
+    for n in range(2):
+        await queue.send("jobs", {"n": n}, task_id=f"job-{n}")
+    assert len(await queue.consumer.lease("jobs", limit=2, ttr=300)) == 2
+    await expire_lease(queue.redis, queue.keys("jobs"), "job-1")
+    page = await open_dashboard(browser, web, scope="read")
+    await page.goto(f"{web.url}/#/topic/jobs")
+    await expect(page.locator("#running tr[data-running]")).to_have_count(2, timeout=WAIT_MS)
+    expired = page.locator('tr[data-running="job-1"]')
+    await expect(expired).to_contain_text("lease expired")
+    await expect(page.locator('tr[data-running="job-0"]')).not_to_contain_text("expired")
+    await expect(page.locator("#running tr").first).to_have_attribute("data-running", "job-1")

@@ -4,6 +4,32 @@ import { SPANS, drawActivity, drawTimeline } from "./charts.js";
 import { act, ago, api, can, el, enc, fill, refreshNow, seconds, svg, taskHref, when } from "./core.js";
 
 const HISTORY_PAGE = 20;
+const RUNNING_PAGE = 20;
+
+// The Running section: leased tasks, soonest lease deadline first; a lease past its
+// deadline (on Redis's clock) is flagged until the topic's next lease reclaims the task.
+function runningSection(topic) {
+  const body = el("tbody", { id: "running" });
+  const info = el("span", { class: "muted", id: "running-info" });
+  const section = el("section", { id: "running-section" },
+    el("h2", {}, "Running ", info),
+    el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {},
+      el("th", { text: "Task" }), el("th", { class: "num", text: "Attempt" }),
+      el("th", { text: "Lease ends" }), el("th", { class: "hide-narrow", text: "Due" }))), body)));
+  const refresh = async () => {
+    const page = await api("GET", `topics/${enc(topic)}/running?limit=${RUNNING_PAGE}`);
+    fill(body, page.tasks.map((t) => el("tr", { "data-running": t.id },
+      el("td", {}, el("a", { href: taskHref(topic, t.id), text: t.id })),
+      el("td", { class: "num", text: t.attempts }),
+      el("td", { title: when(t.lease_deadline) },
+        t.lease_expired ? el("span", { class: "badge expired", text: "lease expired" }) : null,
+        t.lease_expired ? " " : null, ago(t.lease_deadline)),
+      el("td", { class: "hide-narrow", text: ago(t.due_at), title: t.due_at }))));
+    if (!page.tasks.length) body.append(el("tr", {}, el("td", { colspan: 4, class: "muted", text: "Nothing running." })));
+    info.textContent = page.total > page.tasks.length ? `(${page.tasks.length} of ${page.total}, soonest deadline first)` : "";
+  };
+  return { section, refresh };
+}
 
 // The History section: the topic's last finished tasks, newest first, by outcome, paged
 // back through record numbers (`before`).
@@ -69,6 +95,7 @@ export function topicPage(main, topic) {
   const deadNext = el("button", { class: "plain", text: "›", onclick: () => { deadOffset += 20; refreshNow(); } });
   const deadActions = el("span", { class: "toolbar inline", id: "dead-actions" });
   const history = historySection(topic);
+  const running = runningSection(topic);
   main.append(
     el("div", { class: "crumbs" }, el("a", { href: "#/", text: "Topics" }), " / "),
     el("h1", { text: topic }),
@@ -88,6 +115,7 @@ export function topicPage(main, topic) {
           lateness,
           el("div", { class: "muted legend" }, el("span", { class: "key done" }), "attempts finished /s"),
           throughput, activityNote))),
+    running.section,
     el("h2", {}, "Dead letters ", deadInfo, " ", deadPrev, deadNext, " ", deadActions),
     el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {},
       el("th", { text: "Task" }), el("th", { class: "num", text: "Attempts" }),
@@ -105,6 +133,7 @@ export function topicPage(main, topic) {
       api("GET", `topics/${t}/dead?offset=${deadOffset}&limit=20`),
       api("GET", `topics/${t}/activity`),
       history.refresh(),
+      running.refresh(),
     ]);
     drawActivity(lateness, throughput, activity);
     const finished = activity.windows.reduce((sum, w) => sum + w.acked + w.retried + w.dead, 0);
