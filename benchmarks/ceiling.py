@@ -23,20 +23,11 @@
 * sequential ``EVALSHA`` of delayq's own ``send.lua`` with arguments built beforehand,
   on one connection: a send without delayq's Python, i.e. how much of the gap to the
   trivial script is the script's work in Redis;
-* sequential ``EVALSHA`` of the smallest script that can store a delayed task (``HSET``
-  the body, ``ZADD`` the id with a due time computed by the client: two writes, no checks,
-  no clock read), on one connection: the floor of any design in which a send is one Lua
-  script, as delayq's are;
-* sequential ``EVALSHA`` of the smallest script that stores a task in delayq's compact
-  layout (:data:`COMPACT_SEND_SCRIPT`: the one existence check an idempotent send needs,
-  the header and body into a listpack bucket picked by the id's hash, the id into a
-  listpack slot found on the wheel; no other checks, no clock read, no wake-up), on one
-  connection: the floor of a one-script send into a layout that meets the memory target;
 * pipelined: ``LPUSH`` of the 20-byte payload, and ``EVALSHA`` of the trivial
   script, in non-transactional pipelines of 1,000 — roughly what a bulk enqueue
   can approach.
 
-The ten sequential loops run in turn, a fifth of each at a time (see
+The eight sequential loops run in turn, a fifth of each at a time (see
 :data:`SEQUENTIAL_SLICES`), so that they can be compared with each other.
 For each, the redis-server process's user+sys CPU (``INFO cpu``) per request is
 reported too: the floor of Redis CPU per request on this machine, whatever the
@@ -52,7 +43,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -79,32 +69,6 @@ SEQUENTIAL_SLICES = 5
 _task_numbers = itertools.count()
 #: The body every stored task carries (the 20-byte payload, as in the scenarios).
 TASK_BODY = json.dumps({"payload": PAYLOAD, "due": 0}).encode()
-FLOOR_SEND_SCRIPT = """
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-return 1
-"""
-#: KEYS[1] key prefix   KEYS[2] wheel (ZSET slot -> lower bound ms)
-#: ARGV[1] task id   ARGV[2] due ms (computed by the client)   ARGV[3] body
-#: Returns 1 stored, 0 the id was there already.
-#: delayq's layout (see delayq/redis/lua/_layout.lua) without what it adds on top: bucket
-#: splitting, slot splitting in due order, type checks, dead letters, wake-ups.
-COMPACT_SEND_SCRIPT = """
-local prefix, wheel = KEYS[1], KEYS[2]
-local id, due, body = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local bucket = prefix .. 'tasks:' .. string.sub(redis.sha1hex(id), 1, 3)
-if redis.call('HEXISTS', bucket, id) == 1 then
-  return 0
-end
-local n = redis.call('ZRANGE', wheel, due, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1)[1]
-if not n or redis.call('ZCARD', prefix .. 'slot:' .. n) >= 128 then
-  n = redis.call('INCRBY', prefix .. 'slots', 1)
-  redis.call('ZADD', wheel, due, n)
-end
-redis.call('ZADD', prefix .. 'slot:' .. n, due, id)
-redis.call('HSET', bucket, id, '0,0,0,0,' .. ARGV[2] .. ',' .. ARGV[2], id .. '\\0', body)
-return 1
-"""
 
 
 def fresh_task_ids(n: int) -> list[str]:
@@ -173,24 +137,6 @@ async def send_lua_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
     """
     for task_id in fresh_task_ids(n):
         await client.evalsha(sha, *send_lua_arguments(task_id))
-
-
-async def floor_send_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
-    """``n`` awaited EVALSHA calls of :data:`FLOOR_SEND_SCRIPT`, arguments built beforehand."""
-    due = int(time.time() * 1000) + 3_600_000
-    for task_id in fresh_task_ids(n):
-        await client.evalsha(
-            sha, 2, "ceiling:floor:tasks", "ceiling:floor:due", task_id, TASK_BODY, due
-        )
-
-
-async def compact_send_sequential(client: aioredis.Redis, sha: str, n: int) -> None:
-    """``n`` awaited EVALSHA calls of :data:`COMPACT_SEND_SCRIPT`, arguments built beforehand
-    (due times one hour ahead, growing with the clock as a send's do)."""
-    keys = ("ceiling:{compact}:", "ceiling:{compact}:wheel")
-    for task_id in fresh_task_ids(n):
-        due = int(time.time() * 1000) + 3_600_000
-        await client.evalsha(sha, 2, *keys, task_id, due, TASK_BODY)
 
 
 async def lpush_pipelined(client: aioredis.Redis, sha: str, n: int) -> None:
@@ -273,8 +219,6 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
     try:
         sha = await single.script_load(TRIVIAL_SCRIPT)
         send_sha = await single.script_load(lua_source("send"))
-        floor_sha = await single.script_load(FLOOR_SEND_SCRIPT)
-        compact_sha = await single.script_load(COMPACT_SEND_SCRIPT)
         await pooled.ping()  # connect outside the timed loop, as single does on script_load
         await untimed.ping()
         assert lane is not None
@@ -289,8 +233,6 @@ async def measure(url: str, n_seq: int, n_pipe: int) -> dict[str, Any]:
             "delayq_send_untimed_seq": (untimed_queue, delayq_send_sequential, sha),
             "evalsha_args_seq": (single, evalsha_send_arguments, sha),
             "send_lua_seq": (single, send_lua_sequential, send_sha),
-            "floor_send_seq": (single, floor_send_sequential, floor_sha),
-            "compact_send_seq": (single, compact_send_sequential, compact_sha),
             "evalsha_pooled": (pooled, evalsha_sequential, sha),
         }
         pipelined = {

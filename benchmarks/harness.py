@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from benchmarks.common import (
     parse_result,
 )
 from benchmarks.peers import DEV_GROUP, PEERS, RUNNABLE
+from delayq.testing import PrivateRedis
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / "benchmarks"
@@ -66,41 +66,22 @@ class BenchError(RuntimeError):
 # --------------------------------------------------------------------------- redis servers
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+@dataclass
+class Server:
+    """One of the run's private redis-servers (:class:`delayq.testing.PrivateRedis`, no
+    persistence) and a client of it."""
 
+    process: PrivateRedis
+    client: redis.Redis
 
-class RedisServer:
-    """A private, non-persistent ``redis-server`` on a free loopback port."""
-
-    def __init__(self, name: str, log_dir: Path) -> None:
-        self.name = name
-        self.port = free_port()
-        self.log_path = log_dir / f"redis-{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.client = redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
+    @classmethod
+    def start(cls) -> Server:
+        process = PrivateRedis(extra_args=["--loglevel", "warning"]).start()
+        return cls(process, process.client(decode_responses=True))
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
-        argv += ["--save", "", "--appendonly", "no", "--loglevel", "warning"]
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(redis.ConnectionError):
-                if self.client.ping():
-                    return
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise BenchError(f"redis-server ({self.name}) did not start; see {self.log_path}")
-            time.sleep(0.05)
+        return self.process.url
 
     def reset(self) -> None:
         """Empty the server: keys, cached scripts and functions."""
@@ -108,15 +89,9 @@ class RedisServer:
         self.client.script_flush()
         self.client.execute_command("FUNCTION", "FLUSH")
 
-    def stop(self) -> None:
+    def close(self) -> None:
         self.client.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.process.close()
 
 
 # --------------------------------------------------------------------------- runner processes
@@ -166,8 +141,8 @@ class Proc:
 class Runner:
     """Launches peer roles (``python -m benchmarks.peers.<lib> ROLE ...``)."""
 
-    data: RedisServer
-    meta: RedisServer
+    data: Server
+    meta: Server
     log_dir: Path
     _seq: int = 0
     live: list[Proc] = field(default_factory=list)
@@ -331,11 +306,11 @@ class Context:
     round: int = 0
 
     @property
-    def data(self) -> RedisServer:
+    def data(self) -> Server:
         return self.runner.data
 
     @property
-    def meta(self) -> RedisServer:
+    def meta(self) -> Server:
         return self.runner.meta
 
     def reset(self) -> None:
@@ -377,8 +352,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios",
-        help=f"comma-separated scenarios (default: {','.join(DEFAULT_SCENARIOS)}; "
-        "also: scale, cluster)",
+        help=f"comma-separated scenarios (default: {','.join(DEFAULT_SCENARIOS)}; also: scale)",
     )
     parser.add_argument("--no-chart", action="store_true", help="skip the chart")
     parser.add_argument(
@@ -394,7 +368,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.libs = _pick(args.only, list(RUNNABLE), "library", list(PEERS))
     args.scenarios = _pick(args.scenarios, list(scenarios.SCENARIOS), "scenario", DEFAULT_SCENARIOS)
     if not args.only and all(scenarios.SCENARIOS[name].once for name in args.scenarios):
-        # Only once-per-round scenarios (ceiling, cluster): no library's runner is needed,
+        # Only once-per-round scenarios (ceiling): no library's runner is needed,
         # nor a chart of the libraries.
         args.libs, args.no_chart = [], True
     args.rounds = args.rounds or (1 if args.quick else 3)
@@ -489,12 +463,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     counts = scenarios.QUICK if args.quick else scenarios.FULL
     log_dir = Path(tempfile.mkdtemp(prefix="delayq-bench-"))
-    data, meta = RedisServer("data", log_dir), RedisServer("meta", log_dir)
+    data = Server.start()
+    meta = Server.start()
     runner = Runner(data, meta, log_dir)
     started_at = datetime.now(UTC)
     try:
-        data.start()
-        meta.start()
         print(f"redis:   data {data.url}  meta {meta.url}  (logs: {log_dir})")
         peers = describe_peers(runner, args.libs)
         for lib, facts in peers.items():
@@ -506,8 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         redis_version = data.client.info("server")["redis_version"]
     finally:
         runner.kill_all()
-        data.stop()
-        meta.stop()
+        data.close()
+        meta.close()
     results = report.build(
         raw=raw,
         peers=peers,

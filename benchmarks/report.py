@@ -210,9 +210,6 @@ def tables(results: dict[str, Any]) -> str:
     ceiling = results["summary"].get(scenarios.CEILING_KEY)
     if ceiling:
         parts.append(_ceiling(results, ceiling))
-    cluster = results["summary"].get(scenarios.CLUSTER_KEY)
-    if cluster:
-        parts.append(_cluster(results, cluster))
     judged = targets.text([targets.Verdict(**v) for v in results.get("targets", [])])
     if judged:
         parts.append(judged)
@@ -247,8 +244,6 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
         line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
         line("sequential EVALSHA 'return 1' with send.lua's 12 args", "evalsha_args_seq"),
         line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
-        line("sequential EVALSHA of a 2-write store script (floor)", "floor_send_seq"),
-        line("sequential EVALSHA of a compact-layout store (floor)", "compact_send_seq"),
         line("pipelined EVALSHA 'return 1' (1,000 per batch)", "evalsha_pipe"),
         line("pipelined LPUSH (1,000 per batch)", "lpush_pipe"),
     ]
@@ -271,23 +266,11 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
             f"  delayq send_delayed with its 2 s silence watchdog = {delayq_send / send_untimed:.2f}x"
             " the same without (what noticing a frozen Redis costs a send)"
         )
-    floor = ceiling.get("floor_send_seq_rate")
-    if floor and single:
-        lines.append(
-            f"  the 2-write store script = {floor / single:.2f}x the one-connection ceiling"
-            " (about the most a send made of one Lua script can reach)"
-        )
     with_args = ceiling.get("evalsha_args_seq_rate")
     if with_args and single:
         lines.append(
             f"  'return 1' with send.lua's arguments = {with_args / single:.2f}x the one-connection"
             " ceiling (what carrying a task's arguments costs by itself)"
-        )
-    compact = ceiling.get("compact_send_seq_rate")
-    if compact and single:
-        lines.append(
-            f"  the compact-layout store = {compact / single:.2f}x the one-connection ceiling"
-            " (about the most a send into a layout as small as delayq's can reach)"
         )
     for lib in results["meta"]["libs"]:
         enqueue = results["summary"].get(lib, {}).get("enqueue_rate")
@@ -308,69 +291,6 @@ def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
                 )
             )
     return "\n".join(lines)
-
-
-def _cluster(results: dict[str, Any], c: dict[str, Any]) -> str:
-    """The cluster scenario: per-task Redis CPU by setup, each round's masters, lateness,
-    and the floor."""
-
-    def us(key: str) -> str:
-        return f"{fmt(c.get(key), 'ms'):>6} µs"
-
-    lines = [
-        "Cluster: 3 masters + 3 replicas vs a plain redis-server + 1 replica (same run;"
-        " Redis CPU per task = INFO cpu user+sys / tasks the node stored; net = less the"
-        " node's idle CPU/s x the run's length):",
-        f"  plain node, single-shard topic        {us('cl_single_usec')}  net {us('cl_single_net_usec')}",
-        f"  plain node, pool only (no lane)       {us('cl_pool_usec')}  net {us('cl_pool_net_usec')}",
-        f"  plain node, 12-shard topic            {us('cl_single_sharded_usec')}  net"
-        f" {us('cl_single_sharded_net_usec')}",
-        f"  cluster, single-shard topic (1 master) {us('cl_flat_usec')}  net {us('cl_flat_net_usec')}",
-        f"  idle CPU: plain {fmt(c.get('cl_idle_plain_ms_per_s'), 'ms')} ms/s,"
-        f" cluster master {fmt(c.get('cl_idle_master_ms_per_s'), 'ms')} ms/s",
-    ]
-    for index, r in enumerate(results["raw"]["cluster"][scenarios.CLUSTER_KEY], 1):
-        if "error" in r:
-            continue
-        lines.append(
-            f"  round {index}, 12-shard topic per master: tasks {r['cl_master_tasks']}, keys"
-            f" {r['cl_master_keys']}, CPU ms {_ints(r['cl_master_cpu_ms'])}, µs/task"
-            f" {_ints(r['cl_master_usec'])}, net {_ints(r['cl_master_net_usec'])}; bulk sends:"
-            f" net {_ints(r['cl_bulk_master_net_usec'])} vs plain {r['cl_bulk_single_net_usec']:.0f},"
-            f" plain 12-shard {r['cl_bulk_single_sharded_net_usec']:.0f}"
-        )
-    for label, prefix in (
-        ("12-shard topic, cluster", "cl_late_sharded"),
-        ("single-shard topic, cluster", "cl_late_flat"),
-        ("single-shard topic, plain node", "cl_late_single"),
-    ):
-        lines.append(
-            f"  lateness, {label:<31} p50 {fmt(c.get(prefix + '_p50'), 'ms'):>5} ms  p99"
-            f" {fmt(c.get(prefix + '_p99'), 'ms'):>5} ms  max {fmt(c.get(prefix + '_max'), 'ms'):>5}"
-            f" ms  early {fmt(c.get(prefix + '_early'), 'int')}"
-        )
-    stuck = [
-        w
-        for r in results["raw"]["cluster"][scenarios.CLUSTER_KEY]
-        for w in r.get("cl_stuck_where", [])
-    ]
-    if stuck:
-        lines.append(
-            f"  NOTE: {len(stuck)} time(s) a worker ran every task and then did not stop within"
-            f" 30 s; where its tasks waited, the first time: {'; '.join(stuck[0][:6])}"
-        )
-    lines.append(
-        f"  floor, send.lua µs/request: plain {fmt(c.get('floor_send_plain_usec'), 'ms')},"
-        f" one master {fmt(c.get('floor_send_master_usec'), 'ms')}, 3 masters in turn"
-        f" {fmt(c.get('floor_send_turns_usec'), 'ms')}; 'return 1': plain"
-        f" {fmt(c.get('floor_trivial_plain_usec'), 'ms')}, master"
-        f" {fmt(c.get('floor_trivial_master_usec'), 'ms')}"
-    )
-    return "\n".join(lines)
-
-
-def _ints(values: list[float | None]) -> str:
-    return "[" + ", ".join("-" if v is None else f"{v:.0f}" for v in values) + "]"
 
 
 def _apis(results: dict[str, Any]) -> str:

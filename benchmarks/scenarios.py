@@ -34,8 +34,6 @@ SCALE_PROBE = 10_000
 SCALE_FILL_LIMIT_S = 60.0
 #: Key under which the once-per-round ceiling scenario is stored.
 CEILING_KEY = "redis-py"
-#: Key under which the once-per-round cluster scenario is stored.
-CLUSTER_KEY = "delayq-cluster"
 
 
 @dataclass(frozen=True)
@@ -54,9 +52,6 @@ class Counts:
     ceiling_seq: int  # scenario 6, sequential EVALSHA
     ceiling_pipe: int  # scenario 6, pipelined LPUSH
     scale: tuple[int, int]  # scenario 7, delayed tasks already waiting (small, large)
-    cluster: int  # scenario 8, lifecycle tasks per setup
-    cluster_lateness: int  # scenario 8, lateness tasks per setup (window_s spread)
-    cluster_floor: int  # scenario 8, requests per floor measurement
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,9 +70,6 @@ FULL = Counts(
     ceiling_seq=50_000,
     ceiling_pipe=500_000,
     scale=(10_000, 1_000_000),
-    cluster=3_000,
-    cluster_lateness=600,
-    cluster_floor=12_000,
 )
 QUICK = Counts(
     enqueue=2_000,
@@ -92,9 +84,6 @@ QUICK = Counts(
     ceiling_seq=5_000,
     ceiling_pipe=50_000,
     scale=(10_000, 100_000),
-    cluster=900,
-    cluster_lateness=200,
-    cluster_floor=4_000,
 )
 
 
@@ -331,31 +320,6 @@ def ceiling(ctx: Context, lib: str | None) -> dict[str, Any]:
     )
 
 
-# --------------------------------------------------------------------------- 8. cluster
-
-
-def cluster(ctx: Context, lib: str | None) -> dict[str, Any]:
-    """delayq on a private 3-master Redis Cluster against one plain Redis (issue 22).
-
-    ``benchmarks/cluster.py`` (dev interpreter, its own servers: a 3+3 cluster at Redis's
-    default node timeout and a plain redis-server with one replica): Redis CPU per task
-    lifecycle (one-by-one sends, lease, ack by one worker) per master for a 12-shard topic
-    against the plain node's single-shard topic, keys and CPU per master, lateness of an
-    idle worker on the sharded and the single-shard topic, and the floor
-    (``benchmarks/cluster_floor.py``).
-    """
-    counts = ctx.counts
-    return ctx.runner.run_module(
-        "benchmarks.cluster",
-        900,
-        n=counts.cluster,
-        lateness=counts.cluster_lateness,
-        window=counts.window_s,
-        floor_n=counts.cluster_floor,
-        round=ctx.round,
-    )
-
-
 @dataclass(frozen=True)
 class Scenario:
     run: Callable[[Context, Any], dict[str, Any]]
@@ -373,6 +337,4 @@ SCENARIOS: dict[str, Scenario] = {
     "cost": Scenario(cost),
     "ceiling": Scenario(ceiling, once=True),
     "scale": Scenario(scale, default=False),  # fills 1M tasks per library: minutes
-    # its own cluster and plain node; without --only, no library is run: no peers needed
-    "cluster": Scenario(cluster, once=True, default=False, key=CLUSTER_KEY),
 }

@@ -23,12 +23,6 @@ DRAIN_SCALING = 0.95
 REDIS_CPU = 0.8
 """Redis CPU per task (bulk sends) as a fraction of one sequential bare ``EVALSHA``'s:
 15 µs on the host the target was first set on, where a bare request cost 18.9 µs."""
-CLUSTER_SPREAD = 0.10
-"""Issue 22: a 12-shard topic's keys and Redis CPU per master, from their mean."""
-CLUSTER_CPU = 1.1
-"""Issue 22: Redis CPU per task lifecycle on each master over the plain node's."""
-CLUSTER_LATENESS = 1.5
-"""Issue 22: lateness p99 on the 12-shard topic over the single-shard topic's."""
 
 
 @dataclass(frozen=True)
@@ -42,9 +36,8 @@ def judge(results: dict[str, Any]) -> list[Verdict]:
     """Every target that this run's scenarios measure."""
     summary = results["summary"]
     delayq = summary.get("delayq", {})
-    cluster = _cluster(results)
     if not delayq:
-        return cluster
+        return []
     peers = {
         lib: summary.get(lib, {})
         for lib, facts in results["peers"].items()
@@ -62,7 +55,7 @@ def judge(results: dict[str, Any]) -> list[Verdict]:
         lambda: _redis_cpu(results),
         lambda: _scale(delayq),
     ]
-    return [verdict for check in checks if (verdict := check()) is not None] + cluster
+    return [verdict for check in checks if (verdict := check()) is not None]
 
 
 def as_dicts(verdicts: list[Verdict]) -> list[dict[str, Any]]:
@@ -225,67 +218,3 @@ def _scale(delayq: dict[str, Any]) -> Verdict | None:
         f"drain time {time_ratio:.2f}x, Redis CPU {cpu_ratio:.2f}x",
         time_ratio <= 1.5 and cpu_ratio <= 1.5,
     )
-
-
-def _cluster(results: dict[str, Any]) -> list[Verdict]:
-    """Issue 22's three targets, from the cluster scenario's rounds (``benchmarks/cluster.py``)."""
-    rounds = [
-        r
-        for r in results["raw"].get("cluster", {}).get(scenarios.CLUSTER_KEY, [])
-        if "error" not in r
-    ]
-    if not rounds:
-        return []
-
-    def each(key: str) -> list[float]:
-        return [r[key] for r in rounds if r.get(key) is not None]
-
-    verdicts = []
-    keys, cpu = each("cl_keys_spread"), each("cl_cpu_spread")
-    if keys and cpu:
-        verdicts.append(
-            Verdict(
-                f"cluster: 12-shard topic, keys and Redis CPU per master within"
-                f" ±{CLUSTER_SPREAD:.0%} of their mean",
-                f"keys ±{statistics.median(keys):.0%}, CPU ±{statistics.median(cpu):.0%}"
-                f" (rounds: keys {_percents(keys)}; CPU {_percents(cpu)})",
-                statistics.median(keys) <= CLUSTER_SPREAD
-                and statistics.median(cpu) <= CLUSTER_SPREAD,
-            )
-        )
-    net, raw = each("cl_net_ratio"), each("cl_usec_ratio")
-    if net:
-        floor, bulk = each("floor_turns_ratio"), each("cl_bulk_net_ratio")
-        bulk_sharded = each("cl_bulk_sharded_net_ratio")
-        also = (
-            f"; floor: send.lua on 3 masters in turn {statistics.median(floor):.2f}x one master"
-            if floor
-            else ""
-        )
-        verdicts.append(
-            Verdict(
-                f"cluster: Redis CPU per task lifecycle on each master ≤ {CLUSTER_CPU:g}x the"
-                " plain node's (net of each node's idle CPU)",
-                f"costliest master {_rounds(net)}; raw {statistics.median(raw):.2f}x;"
-                f" bulk sends {statistics.median(bulk):.2f}x (against the plain node's 12-shard"
-                f" topic {statistics.median(bulk_sharded):.2f}x){also}",
-                statistics.median(net) <= CLUSTER_CPU,
-            )
-        )
-    late = each("cl_late_ratio")
-    if late:
-        sharded, flat = each("cl_late_sharded_p99"), each("cl_late_flat_p99")
-        verdicts.append(
-            Verdict(
-                f"cluster: lateness p99, 12-shard topic ≤ {CLUSTER_LATENESS:g}x the single-shard"
-                " topic's",
-                f"{statistics.median(sharded):.1f} vs {statistics.median(flat):.1f} ms:"
-                f" {_rounds(late)}",
-                statistics.median(late) <= CLUSTER_LATENESS,
-            )
-        )
-    return verdicts
-
-
-def _percents(values: list[float]) -> str:
-    return ", ".join(f"{v:.0%}" for v in values)

@@ -43,7 +43,7 @@ from typing import Any
 import delayq
 from benchmarks.common import emit, percentile
 from delayq import Queue
-from tests.redis_server import RedisServer, free_port
+from delayq.testing import PrivateRedis, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-token-0123456789abcdef"
@@ -234,7 +234,7 @@ def main() -> None:
     port = free_port()
     name = f"web{uuid.uuid4().hex[:6]}"
     load_before = os.getloadavg()
-    with RedisServer() as redis_server, tempfile.TemporaryDirectory() as tmp:
+    with PrivateRedis() as redis_server, tempfile.TemporaryDirectory() as tmp:
         tokens = Path(tmp) / "tokens"
         tokens.write_text(f"admin {TOKEN}\n")
         server = subprocess.Popen(

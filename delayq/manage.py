@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel
 
 from delayq.bounds import bounded_int
-from delayq.redis.keys import check_task_id, topics_key
+from delayq.redis.keys import check_task_id, check_topic, topics_key
 from delayq.redis.translate import redis_errors
 from delayq.task import TaskInfo, TopicStats, from_millis, stored_task_info
 
@@ -50,10 +50,14 @@ async def topic_names(redis: Redis, queue_name: str) -> list[str]:
 
 
 async def topic_stats(
-    scripts: Scripts, shards: ShardMap, names: Iterable[str]
+    scripts: Scripts, shards: ShardMap, redis: Redis, queue_name: str, topics: Iterable[str] | None
 ) -> dict[str, TopicStats]:
-    """Counts and controls of each of ``names`` that holds tasks or is controlled (see
-    :meth:`delayq.Queue.stats`)."""
+    """Counts and controls of each of ``topics`` (default: every topic the queue has used)
+    that holds tasks or is controlled (see :meth:`delayq.Queue.stats`)."""
+    if topics is None:
+        names = await topic_names(redis, queue_name)
+    else:
+        names = [check_topic(t) for t in topics]
     result: dict[str, TopicStats] = {}
     for topic in names:
         every = await shards.every(topic)
@@ -121,7 +125,7 @@ async def dead_bulk(
     history: int = 0,
 ) -> int:
     """Replay or delete every dead letter of ``topic``, :data:`DEAD_BATCH` per script call
-    (see :meth:`delayq.Queue.replay_dead`). Returns how many."""
+    (see :meth:`delayq.admin.Admin.replay_dead`). Returns how many."""
     done = 0
     for keys in await shards.every(topic):
         while True:
@@ -141,7 +145,7 @@ async def forget(
     idle_ms: int | None = None,
 ) -> bool:
     """Clean ``topic``'s stored state and drop it from the topic set if it holds no task
-    (see :meth:`delayq.Queue.forget`). Returns whether it was forgotten."""
+    (see :meth:`delayq.admin.Admin.forget`). Returns whether it was forgotten."""
     every = await shards.every(topic)
     # Every shard must agree first: a sweep's call only deletes a shard seen idle that long.
     for keys in every:
@@ -153,7 +157,7 @@ async def forget(
 
 
 class RunningPage(BaseModel):
-    """A page of a topic's leased tasks (:meth:`delayq.Queue.running`)."""
+    """A page of a topic's leased tasks (:meth:`delayq.admin.Admin.running`)."""
 
     now: datetime
     """Redis's time when read: a lease whose deadline is before it has expired, and the
@@ -167,7 +171,7 @@ class RunningPage(BaseModel):
 async def leased(
     scripts: Scripts, shards: ShardMap, topic: str, limit: int, offset: int
 ) -> RunningPage:
-    """A page of ``topic``'s leased tasks (see :meth:`delayq.Queue.running`)."""
+    """A page of ``topic``'s leased tasks (see :meth:`delayq.admin.Admin.running`)."""
     bounded_int(limit, "limit", 1, 500)
     bounded_int(offset, "offset", 0)
     every = await shards.every(topic)

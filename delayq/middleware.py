@@ -13,7 +13,7 @@ import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from delayq.errors import InvalidInputError
 
@@ -23,12 +23,24 @@ if TYPE_CHECKING:
 CallNext: TypeAlias = Callable[[], Awaitable[None]]
 """What a middleware awaits to run the rest of the chain, the handler last."""
 Middleware: TypeAlias = Callable[["Task[Any]", CallNext], Awaitable[None]]
-"""``async def middleware(task, call_next) -> None``."""
+"""``async def middleware(task, call_next) -> None``, around every handler call.
+
+Middleware runs in registration order, the first registered outermost, inside the task's
+TTR.  ``await call_next()`` runs the rest of the chain and the handler; what the middleware
+raises is the attempt's failure, and one that returns without calling ``call_next`` ends
+the attempt as done (acked).  Workers compose the chain when they start: register
+middleware before starting them."""
 Lifespan: TypeAlias = (
     Callable[[], AsyncIterator[Any]] | Callable[[], AbstractAsyncContextManager[Any]]
 )
 """An async generator function that yields once, or a function returning an async
-context manager (``@asynccontextmanager``-decorated, say)."""
+context manager (``@asynccontextmanager``-decorated, say).
+
+Every worker enters it once before it leases its first task and leaves it after its last
+handler finished (also when the start fails); what it yields is ``task.state`` in every
+handler.  An exception on entry stops the worker with :class:`~delayq.LifespanError`."""
+LifespanT = TypeVar("LifespanT", bound=Lifespan)
+MiddlewareT = TypeVar("MiddlewareT", bound=Middleware)
 
 
 def check_middleware(middleware: object) -> Middleware:

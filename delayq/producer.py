@@ -1,7 +1,8 @@
-"""Sending: validate and encode what a producer hands over, then run the send scripts (and cancel).
+"""Sending: validate and encode what a producer hands over, then run the send scripts (and
+cancel, reschedule).
 
-:class:`delayq.Queue` delegates ``send``, ``send_delayed``, ``send_at`` and ``send_many``
-here; the public docstrings live on the queue.
+:class:`delayq.Queue` delegates ``send``, ``send_delayed``, ``send_at``, ``send_many``,
+``cancel`` and ``reschedule`` here; the public docstrings live on the queue.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from delayq.bounds import bounded_int
 from delayq.codec import encode_body
-from delayq.duration import to_millis
+from delayq.duration import to_epoch_millis, to_millis
 from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, NotDurableError
 from delayq.events import Sending, TaskEvent
 from delayq.headers import check_headers, encode_headers
@@ -28,6 +29,7 @@ from delayq.topic import check_on_conflict, check_priority, task_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Mapping
+    from datetime import datetime
 
     from pydantic import TypeAdapter
     from redis.asyncio import Redis
@@ -64,6 +66,8 @@ class Producer:
         durable: waits for replicas after each send, when the queue asks for it.
         hooks: the queue's send hooks and event listeners.
         shards: routes a task of a sharded topic to its shard.
+        history: the records a topic registered in this process keeps (0: none, or not
+            registered here), which its cancels carry.
     """
 
     def __init__(
@@ -79,8 +83,10 @@ class Producer:
         durable: DurableSender | None,
         hooks: Hooks,
         shards: ShardMap,
+        history: Callable[[str], int],
     ) -> None:
         self._redis = redis
+        self._history = history
         self._shards = shards
         self._hooks = hooks
         self.scripts = scripts
@@ -260,14 +266,31 @@ class Producer:
                 ) from None  # fmt: skip
         return statuses
 
-    async def cancel(self, topic: str, task_id: str, history: int = 0) -> bool:
-        """Run cancel.lua (see ``Queue.cancel``) and tell the listeners; ``history``: the
-        records the topic keeps as registered in this process (0: as its workers say)."""
+    async def cancel(self, topic: str, task_id: str) -> bool:
+        """Run cancel.lua (see ``Queue.cancel``) and tell the listeners.  A topic registered
+        here with ``history=N`` passes N (a script else reads what its workers recorded)."""
         keys = await self._shards.route(topic, task_id)
-        cancelled = await self.scripts.cancel(keys, task_id, history)
+        cancelled = await self.scripts.cancel(keys, task_id, self._history(topic))
         if cancelled and self._hooks.listeners:
             self._hooks.emit(TaskEvent("cancelled", topic, task_id))
         return cancelled
+
+    async def reschedule(
+        self, topic: str, task_id: str, delay: Duration | None, at: datetime | None
+    ) -> bool:
+        """Run reschedule.lua (see ``Queue.reschedule``): True if the task moved."""
+        if (delay is None) == (at is None):
+            raise InvalidInputError("reschedule takes exactly one of delay= or at=")
+        absolute = at is not None
+        value_ms = to_epoch_millis(at) if at is not None else to_millis(delay or 0, name="delay")
+        task_id = check_task_id(task_id)
+        status, when = await self.scripts.reschedule(
+            await self._shards.route(topic, task_id), task_id, absolute=absolute,
+            value_ms=value_ms, tolerance_ms=self._past_tolerance_ms,
+        )  # fmt: skip
+        if status < 0:
+            raise self.too_far_past(value_ms, when)
+        return status == 1
 
     async def announce(self, topics: Iterable[str]) -> None:
         """Record topic names in the queue's topic set, which ``stats`` reads."""

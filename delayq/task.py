@@ -137,7 +137,11 @@ class TaskInfo(BaseModel):
 
 
 class TopicStats(BaseModel):
-    """How many tasks one topic holds in each state, and the topic's fleet-wide controls."""
+    """How many tasks one topic holds in each state, and the topic's fleet-wide controls.
+
+    ``Queue.stats`` lists a topic when it holds any task, or is paused or limited; a sharded
+    topic's counts are the sums over its shards, its controls shard 0's (a pause applies to
+    every shard)."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -102,7 +102,21 @@ class Schedule:
 
 @dataclass(frozen=True, slots=True)
 class PeriodicOptions:
-    """What makes a topic periodic: its schedule and what to do with missed ticks."""
+    """What makes a topic periodic (:meth:`~delayq.Queue.periodic`): its schedule and what
+    to do with missed ticks.
+
+    Each tick runs once across every worker that consumes the topic: a tick is a task whose
+    id is its time (``2026-11-25T03:00:00.000Z``), scheduled by one atomic script that
+    refuses any tick not later than the last one ever scheduled.  It fires like any task
+    (Redis's clock; ``task.due_at`` is the tick's time) and is retried and dead-lettered
+    like one.
+
+    Attributes:
+        schedule: when it ticks (``cron``, ``every`` and ``tz`` of :meth:`~delayq.Queue.periodic`).
+        catch_up: ticks missed while no worker could schedule them: ``"latest"`` runs the
+            most recent one, ``"all"`` runs them all, oldest first (at most
+            :data:`MAX_CATCH_UP`), ``"none"`` skips them.
+    """
 
     schedule: Schedule
     catch_up: CatchUp = "latest"

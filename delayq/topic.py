@@ -39,9 +39,29 @@ Handler = Callable[..., Awaitable[None]] | Callable[..., None]
 
 @dataclass(frozen=True, slots=True)
 class TopicOptions:
-    """How a topic's tasks are run: lease length, attempt limit, retry backoff, the
-    fleet-wide limits its workers declare (``None``: no limit), and for a periodic topic,
-    its schedule."""
+    """How a topic's tasks are run: the options of :meth:`~delayq.Queue.topic` (and
+    :meth:`~delayq.Queue.periodic`), each named here as the keyword that sets it.
+
+    Attributes:
+        ttr_ms: ``ttr``, the lease length (time to run; seconds or a timedelta, default
+            30 s); a handler still running then is cancelled and the attempt fails; a
+            worker that died loses the lease and the task is redelivered.
+        max_attempts: deliveries before a failing task is dead-lettered.
+        backoff: retry delays after a failure (default ``Backoff()``).
+        rate_limit: ``"N/s"``, ``"N/m"`` or ``"N/h"``: at most N task starts in any
+            second, minute or hour, across every worker of the queue (``None``: no limit).
+        max_running: at most this many of the topic's tasks leased at once, across every
+            worker (``None``: no limit).  Both limits are enforced in Redis (see
+            docs/controls.md).
+        periodic: a periodic topic's schedule (``None`` for any other topic).
+        history: keep the last N finished tasks and an hour of activity
+            (``queue.history``; docs/observability.md); 0 keeps none.
+        shards: spread the topic's tasks over this many hash tags (1..1024), so that on a
+            Redis Cluster one topic uses every master (docs/cluster.md).  A task's shard is
+            ``zlib.crc32(task_id) % shards``; order (due time, priority) holds per shard.
+            Recorded in Redis: a process declaring another count while the topic holds
+            tasks gets :class:`~delayq.ShardCountError`.
+    """
 
     ttr_ms: int = 30_000
     max_attempts: int = 5
@@ -50,9 +70,7 @@ class TopicOptions:
     max_running: int | None = None
     periodic: PeriodicOptions | None = None
     history: int = 0
-    """How many finished tasks the topic keeps in Redis (0: none; docs/observability.md)."""
     shards: int = 1
-    """How many hash tags the topic's tasks are spread over (docs/cluster.md)."""
 
 
 MAX_HISTORY = 10_000_000
@@ -109,7 +127,11 @@ def check_max_attempts(value: object) -> int:
 
 
 OnConflict = Literal["keep", "replace"]
-"""What a send does with an id that is already live: keep the task, or replace it."""
+"""What a send does with an id that is already live (delayed, ready or reserved).
+
+``"keep"`` (the default) leaves the task as it is; ``"replace"`` gives a delayed or ready
+one the new body, due time and options in one atomic step (debounce), but leaves a
+reserved (running) one alone."""
 
 
 def check_on_conflict(value: object) -> bool:

@@ -22,8 +22,8 @@ from delayq.redis.keys import check_task_id
 from delayq.task import from_millis
 
 if TYPE_CHECKING:
-    from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
+    from delayq.shards import ShardMap
 
 MAX_UPCOMING = 500
 """Most tasks one :func:`upcoming` page returns."""
@@ -59,7 +59,9 @@ class UpcomingPage(BaseModel):
     topic: str
     tasks: list[UpcomingTask]
     cursor: str | None
-    """Pass it back for the next page; ``None`` on the last page."""
+    """Pass it back for the next page; ``None`` on the last page.  If the task it names has
+    left the schedule since, the next page starts after its due time (so tasks due in that
+    same millisecond may be skipped)."""
 
 
 class TimelineWindow(BaseModel):
@@ -105,10 +107,11 @@ def parse_cursor(cursor: str) -> tuple[int, str]:
 
 
 async def upcoming(
-    scripts: Scripts, shards: list[TopicKeys], *, limit: int, cursor: str | None
+    scripts: Scripts, shard_map: ShardMap, topic: str, *, limit: int, cursor: str | None
 ) -> UpcomingPage:
-    """The next ``limit`` tasks of a topic in due order, after ``cursor`` (see ``Queue.upcoming``);
+    """The next ``limit`` tasks of ``topic`` in due order, after ``cursor`` (see ``Queue.upcoming``);
     of a sharded topic, the first ``limit`` of each shard's page, merged by (due, id)."""
+    shards = await shard_map.every(topic)
     bounded_int(limit, "limit", 1, MAX_UPCOMING)
     after = parse_cursor(cursor) if cursor is not None else None
     keys = shards[0]
@@ -140,10 +143,11 @@ async def upcoming(
 
 
 async def timeline(
-    scripts: Scripts, shards: list[TopicKeys], *, window: Duration, windows: int
+    scripts: Scripts, shard_map: ShardMap, topic: str, *, window: Duration, windows: int
 ) -> Timeline:
-    """Counts of a topic's tasks by due time (see ``Queue.timeline``), summed over its
+    """Counts of ``topic``'s tasks by due time (see ``Queue.timeline``), summed over its
     shards (each counted on its own Redis clock reading, the first one's shown)."""
+    shards = await shard_map.every(topic)
     width_ms = to_millis(window, name="window", allow_zero=False)
     bounded_int(windows, "windows", 1, MAX_WINDOWS)
     if width_ms * windows > 366 * 86_400_000:

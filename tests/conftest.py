@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from tests.redis_server import RedisServer
+from delayq.testing import PrivateRedis
 
 # Loaded only if present, so this conftest works before (and without) it.
 pytest_plugins = (
@@ -29,15 +29,15 @@ pytest_plugins = (
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
+def redis_server() -> Iterator[PrivateRedis]:
     """One private redis-server for the whole session; tests must not kill it
     (use ``make_redis_server`` for that)."""
-    with RedisServer() as server:
+    with PrivateRedis() as server:
         yield server
 
 
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
+def redis_url(redis_server: PrivateRedis) -> str:
     return redis_server.url
 
 
@@ -56,16 +56,16 @@ def queue_name() -> str:
 
 
 @pytest.fixture
-def make_redis_server() -> Iterator[Callable[..., RedisServer]]:
-    """``make_redis_server(appendonly=True, ...)`` -> a started RedisServer.
+def make_redis_server() -> Iterator[Callable[..., PrivateRedis]]:
+    """``make_redis_server(appendonly=True, ...)`` -> a started PrivateRedis.
 
-    Takes the keyword options of :class:`RedisServer`.  Every server made is
+    Takes the keyword options of :class:`PrivateRedis`.  Every server made is
     stopped and its directory removed at teardown, whatever the test did to it.
     """
-    servers: list[RedisServer] = []
+    servers: list[PrivateRedis] = []
 
-    def make(**options: Any) -> RedisServer:
-        server = RedisServer(**options)
+    def make(**options: Any) -> PrivateRedis:
+        server = PrivateRedis(**options)
         servers.append(server)  # before start(), so a failed start is cleaned up too
         return server.start()
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     import redis.asyncio
 
     from delayq import Queue, TaskInfo
@@ -13,6 +18,27 @@ if TYPE_CHECKING:
 # Tests reserve with a long default lease, so a lease only ends when a test ends it.
 LONG_TTR_MS = 3_600_000
 DEFAULT_MAX_ATTEMPTS = 3
+
+
+async def wait_for(
+    condition: Callable[[], object | Awaitable[object]],
+    timeout: float = 10.0,
+    what: str = "the condition",
+    step: float = 0.01,
+) -> float:
+    """Poll ``condition`` (sync or async) until it is truthy and return the seconds that
+    took; fail the test after ``timeout`` seconds.  The one way a test waits for something
+    to happen: on the condition itself, with a deadline, never a fixed sleep."""
+    start = time.monotonic()
+    while True:
+        result = condition()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(step)
 
 
 async def queue_keys(redis: redis.asyncio.Redis, queue_name: str) -> list[str]:
@@ -34,6 +60,17 @@ async def redis_now_ms(redis: redis.asyncio.Redis) -> int:
     """Redis's clock in Unix milliseconds (delayq's only clock)."""
     seconds, micros = await redis.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def redis_time_passes(redis: redis.asyncio.Redis, ms: int, timeout: float = 10.0) -> None:
+    """Wait until Redis's clock is ``ms`` milliseconds past what it reads now: a lease or a
+    due time measured by Redis (delayq's only clock) has then run out."""
+    until = await redis_now_ms(redis) + ms
+
+    async def passed() -> bool:
+        return await redis_now_ms(redis) > until
+
+    await wait_for(passed, timeout, f"Redis's clock to pass {until} ms")
 
 
 async def stored(queue: Queue, topic: str, task_id: str) -> TaskInfo:

@@ -1,11 +1,10 @@
-"""Real, throw-away Redis Clusters and Sentinel groups for tests.
+"""Real, throw-away replicas, Redis Clusters and Sentinel groups for tests, built from
+:class:`delayq.testing.PrivateRedis` servers.
 
 :class:`RedisCluster` starts 3 masters + 3 replicas (``redis-server --cluster-enabled yes``
-on free loopback ports, each in its own temporary directory, via :class:`RedisServer`) and
+on free loopback ports, each in its own temporary directory, via :class:`PrivateRedis`) and
 joins them with ``redis-cli --cluster create ... --cluster-replicas 1 --cluster-yes``.
 :class:`SentinelGroup` starts a primary, a replica and 3 ``redis-server --sentinel``.
-
-No pytest import here, so benchmarks and scripts can reuse it.
 """
 
 from __future__ import annotations
@@ -13,13 +12,30 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from typing import Self
+from typing import Any, Self
 
 import redis
 
-from tests.redis_server import PRIMARY_ARGS, RedisServer, RedisServerError, free_port, replica_of
+from delayq.testing import PrivateRedis, PrivateRedisError, free_port
 
-__all__ = ["RedisCluster", "SentinelGroup"]
+__all__ = ["PRIMARY_ARGS", "RedisCluster", "SentinelGroup", "replica_of"]
+
+PRIMARY_ARGS = ["--repl-diskless-sync-delay", "0"]
+"""``extra_args`` for a primary that replicas sync from at once (Redis waits 5 s by default
+for more replicas to join a diskless sync)."""
+
+
+def replica_of(primary: PrivateRedis, **options: Any) -> PrivateRedis:
+    """A new (not started) server that replicates ``primary`` (``--replicaof`` on loopback).
+
+    Start it, then call :meth:`PrivateRedis.wait_replica_link` before relying on it.  Start
+    the primary with :data:`PRIMARY_ARGS` so that the sync starts without a 5 s delay.
+    """
+    extra = [*options.pop("extra_args", []), "--replicaof", "127.0.0.1", str(primary.port)]
+    if primary.password is not None:
+        extra += ["--masterauth", primary.password]
+    return PrivateRedis(extra_args=extra, **options)
+
 
 CLUSTER_ARGS = [
     "--cluster-enabled", "yes",
@@ -43,7 +59,7 @@ class RedisCluster:
         appendonly: bool = False,
         node_timeout_ms: int = NODE_TIMEOUT_MS,
     ) -> None:
-        self.servers: list[RedisServer] = []
+        self.servers: list[PrivateRedis] = []
         self.masters_count = masters
         self.replicas = replicas
         self.appendonly = appendonly
@@ -56,7 +72,7 @@ class RedisCluster:
             # chosen, not port + 10000 (which overflows for high free ports).
             bus = ["--cluster-port", str(free_port())]
             bus += ["--cluster-node-timeout", str(self.node_timeout_ms)]
-            server = RedisServer(appendonly=self.appendonly, extra_args=[*CLUSTER_ARGS, *bus])
+            server = PrivateRedis(appendonly=self.appendonly, extra_args=[*CLUSTER_ARGS, *bus])
             self.servers.append(server)
             server.start()
         addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
@@ -71,7 +87,7 @@ class RedisCluster:
             ["redis-cli", *args], capture_output=True, text=True, timeout=timeout, check=False
         )
         if done.returncode != 0:
-            raise RedisServerError(
+            raise PrivateRedisError(
                 f"redis-cli {' '.join(args)} failed:\n{done.stdout}{done.stderr}"
             )
         return done.stdout
@@ -84,10 +100,10 @@ class RedisCluster:
             if all(self._ok(s) for s in self.servers if s.running):
                 return
             time.sleep(0.1)
-        raise RedisServerError("cluster did not become ok in time")
+        raise PrivateRedisError("cluster did not become ok in time")
 
     @staticmethod
-    def _ok(server: RedisServer) -> bool:
+    def _ok(server: PrivateRedis) -> bool:
         try:
             with server.client(socket_timeout=1) as client:
                 info = client.execute_command("CLUSTER", "INFO")
@@ -102,11 +118,11 @@ class RedisCluster:
         first = next(s for s in self.servers if s.running)
         return f"redis://127.0.0.1:{first.port}"
 
-    def masters(self) -> list[RedisServer]:
+    def masters(self) -> list[PrivateRedis]:
         """The running nodes that are masters now."""
         return [s for s in self.servers if s.running and self._role(s) == "master"]
 
-    def replicas_of(self, master: RedisServer) -> list[RedisServer]:
+    def replicas_of(self, master: PrivateRedis) -> list[PrivateRedis]:
         """The running replicas of ``master``."""
         found = []
         for server in self.servers:
@@ -119,25 +135,25 @@ class RedisCluster:
         return found
 
     @staticmethod
-    def _role(server: RedisServer) -> str:
+    def _role(server: PrivateRedis) -> str:
         with server.client(socket_timeout=1) as client:
             return str(client.info("replication").get("role"))
 
-    def node_of(self, key: str) -> RedisServer:
+    def node_of(self, key: str) -> PrivateRedis:
         """The master serving ``key``'s slot now."""
         with self.masters()[0].client() as client:
             slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
             for start, end, master, *_ in client.execute_command("CLUSTER", "SLOTS"):
                 if start <= slot <= end:
                     return next(s for s in self.servers if s.port == int(master[1]))
-        raise RedisServerError(f"no master serves {key!r}")
+        raise PrivateRedisError(f"no master serves {key!r}")
 
     def slot_of(self, key: str) -> int:
         """The hash slot of ``key``."""
         with self.masters()[0].client() as client:
             return int(client.execute_command("CLUSTER", "KEYSLOT", key))
 
-    def move_slot(self, slot: int, target: RedisServer) -> None:
+    def move_slot(self, slot: int, target: PrivateRedis) -> None:
         """Move ``slot`` (and its keys) to ``target`` with ``redis-cli --cluster reshard``."""
         owner = self.node_of_slot(slot)
         if owner is target:
@@ -164,14 +180,14 @@ class RedisCluster:
                 with node.client() as c:
                     c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
-    def node_of_slot(self, slot: int) -> RedisServer:
+    def node_of_slot(self, slot: int) -> PrivateRedis:
         with self.masters()[0].client() as client:
             for start, end, master, *_ in client.execute_command("CLUSTER", "SLOTS"):
                 if start <= slot <= end:
                     return next(s for s in self.servers if s.port == int(master[1]))
-        raise RedisServerError(f"no master serves slot {slot}")
+        raise PrivateRedisError(f"no master serves slot {slot}")
 
-    def reshard(self, source: RedisServer, target: RedisServer, slots: int) -> str:
+    def reshard(self, source: PrivateRedis, target: PrivateRedis, slots: int) -> str:
         """``redis-cli --cluster reshard``: move ``slots`` slots from ``source`` to ``target``."""
         ids = []
         for node in (source, target):
@@ -206,9 +222,9 @@ class SentinelGroup:
 
     def __init__(self, service: str = "mymaster", sentinels: int = 3) -> None:
         self.service = service
-        self.primary = RedisServer(extra_args=list(PRIMARY_ARGS))
-        self.replica: RedisServer | None = None
-        self.sentinels: list[RedisServer] = []
+        self.primary = PrivateRedis(extra_args=list(PRIMARY_ARGS))
+        self.replica: PrivateRedis | None = None
+        self.sentinels: list[PrivateRedis] = []
         self._count = sentinels
 
     def start(self) -> Self:
@@ -238,9 +254,9 @@ class SentinelGroup:
             if ready:
                 return
             time.sleep(0.1)
-        raise RedisServerError("sentinels did not discover each other in time")
+        raise PrivateRedisError("sentinels did not discover each other in time")
 
-    def _knows_all(self, sentinel: RedisServer) -> bool:
+    def _knows_all(self, sentinel: PrivateRedis) -> bool:
         with sentinel.client(socket_timeout=1) as client:
             master = client.sentinel_master(self.service)
         return (
@@ -266,7 +282,7 @@ class SentinelGroup:
         self.close()
 
 
-class _SentinelServer(RedisServer):
+class _SentinelServer(PrivateRedis):
     """``redis-server CONF --sentinel``: Sentinel rewrites its config file, so it gets one."""
 
     def __init__(self, service: str, primary_port: int, quorum: int) -> None:

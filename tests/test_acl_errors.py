@@ -7,11 +7,11 @@ from collections.abc import Callable
 import pytest
 
 from delayq import Queue, RedisAuthError
-from tests.redis_server import RedisServer
+from delayq.testing import PrivateRedis
 
 
 async def test_acl_denial_inside_a_script_is_an_auth_error(
-    make_redis_server: Callable[..., RedisServer],
+    make_redis_server: Callable[..., PrivateRedis],
 ) -> None:
     server = make_redis_server()
     admin = server.client()

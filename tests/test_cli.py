@@ -19,6 +19,7 @@ import redis.asyncio
 import delayq
 from delayq import Backoff, Queue, Task
 from delayq.cli import load_queue, main
+from delayq.testing import free_port
 from tests.apps.records import handled
 from tests.apps.runner import (
     APP,
@@ -31,7 +32,6 @@ from tests.apps.runner import (
     script_command,
 )
 from tests.fixtures_delayq import StartWorker
-from tests.redis_server import free_port
 
 Command = Callable[..., list[str]]
 COMMANDS: dict[str, Command] = {"module": module_command, "script": script_command}

@@ -151,8 +151,7 @@ from datetime import timedelta
 import redis
 
 from delayq import Queue
-from delayq.testing import run_due
-from tests.redis_server import free_port
+from delayq.testing import free_port, run_due
 
 assert not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")), os.environ["PATH"]
 assert "LD_PRELOAD" not in os.environ

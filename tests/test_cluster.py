@@ -12,6 +12,7 @@ import redis.asyncio
 from delayq import Durability, Queue, Task
 from delayq.redis.cluster import is_cluster
 from delayq.redis.wakeup import Wakeup, WakeupHub
+from tests.helpers import wait_for
 from tests.redis_cluster import SentinelGroup
 
 TOPICS = [f"t{i}" for i in range(6)]
@@ -64,10 +65,7 @@ async def test_worker_dead_letters_and_replay_on_a_cluster(cq: Queue) -> None:
         await cq.send_delayed(topic, {}, 0.3, task_id="later")
         await cq.send(topic, {"fail": True}, task_id="bad")
     async with cq.worker(concurrency=20):
-        for _ in range(200):
-            if len(done) == 2 * len(TOPICS):
-                break
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: len(done) == 2 * len(TOPICS), 10, "every ok and later task")
     assert sorted(done) == sorted(f"{t}/{i}" for t in TOPICS for i in ("ok", "later"))
     for topic in TOPICS:
         dead = await cq.dead_letters(topic)
@@ -215,10 +213,7 @@ async def test_pause_resume_and_periodic_on_a_cluster(cq: Queue) -> None:
         await asyncio.sleep(0.8)
         assert ran == []
         await cq.resume("t2")
-        for _ in range(100):
-            if ran and len(ticks) >= 2:
-                break
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: ran and len(ticks) >= 2, 5, "the held task and two ticks")
     assert ran == ["held"]
     assert len(ticks) >= 2
 
@@ -231,10 +226,10 @@ async def test_bulk_dead_letters_and_forget_on_a_cluster(cq: Queue) -> None:
         await cq.send("bulk", {"n": n}, task_id=f"d{n}")
     for task in await cq.consumer.lease("bulk", limit=6):
         await cq.consumer.nack(task.lease_token, dead=True, error="boom")
-    assert await cq.replay_dead("bulk") == 6
+    assert await cq.admin.replay_dead("bulk") == 6
     for task in await cq.consumer.lease("bulk", limit=6):
         await cq.consumer.nack(task.lease_token, dead=True, error="boom")
-    assert await cq.delete_dead("bulk") == 6
+    assert await cq.admin.delete_dead("bulk") == 6
     assert await cq.stats(["bulk"]) == {}
-    assert await cq.forget("bulk")
+    assert await cq.admin.forget("bulk")
     assert "bulk" not in await cq.topic_names()

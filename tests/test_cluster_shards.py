@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from delayq import Queue, ShardCountError, Task
-from tests.test_shards import ids_in, wait_for
+from tests.helpers import wait_for
+from tests.test_shards import ids_in
 
 TOPIC = "order.close"
 SHARDS = 12
@@ -72,10 +73,11 @@ async def test_a_worker_drains_every_shard_on_a_cluster(cq: Queue) -> None:
     await cq.send_many(TOPIC, [{"fail": True}] * len(bad), task_ids=bad)
     async with cq.worker(concurrency=20):
         await wait_for(lambda: len(done) == 144, 30)
-        for _ in range(100):
-            if (await cq.stats())[TOPIC].dead == len(bad):
-                break
-            await asyncio.sleep(0.05)
+
+        async def all_dead() -> bool:
+            return (await cq.stats())[TOPIC].dead == len(bad)
+
+        await wait_for(all_dead, 5, "the bad tasks to be dead letters")
     assert sorted(done) == sorted(sent + later)
     stats = (await cq.stats())[TOPIC]
     assert (stats.dead, stats.ready, stats.delayed, stats.reserved) == (len(bad), 0, 0, 0)

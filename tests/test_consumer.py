@@ -11,7 +11,7 @@ import redis.asyncio
 
 from delayq import InvalidInputError, LeaseLostError, Queue
 from delayq.consumer import MAX_WAIT_SECONDS, LeaseHandle
-from tests.helpers import expire_lease, stored
+from tests.helpers import expire_lease, stored, wait_for
 
 
 async def test_lease_then_ack_deletes_the_task(queue: Queue) -> None:
@@ -98,9 +98,11 @@ async def test_extend_moves_the_deadline_later_only(queue: Queue) -> None:
     assert info.lease_deadline == later
 
 
-async def test_a_waiting_lease_returns_when_a_task_is_sent(queue: Queue) -> None:
+async def test_a_waiting_lease_returns_when_a_task_is_sent(
+    queue: Queue, redis_client: redis.asyncio.Redis
+) -> None:
     waiting = asyncio.create_task(queue.consumer.lease("t", wait=MAX_WAIT_SECONDS))
-    await asyncio.sleep(0.2)  # the lease is asleep, subscribed
+    await wait_for(redis_client.pubsub_numpat, 5, "the lease to subscribe")
     assert not waiting.done()
     started = time.monotonic()
     task_id = await queue.send("t", {"x": 1})
@@ -149,7 +151,7 @@ async def test_a_waiting_lease_survives_a_lost_subscription(
     assert await queue.consumer.lease("t", wait=0.05) == []  # opens the subscription
     await redis_client.client_kill_filter(_type="pubsub")
     waiting = asyncio.create_task(queue.consumer.lease("t", wait=20))
-    await asyncio.sleep(0.3)
+    await wait_for(redis_client.pubsub_numpat, 10, "the lease to subscribe again")
     task_id = await queue.send("t", {})
     (task,) = await asyncio.wait_for(waiting, 15)
     assert task.id == task_id

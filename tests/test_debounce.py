@@ -11,7 +11,7 @@ import redis.asyncio
 
 from delayq import InvalidInputError, Queue, SendResult
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import queue_keys, redis_now_ms, reserve, stored
+from tests.helpers import queue_keys, redis_now_ms, reserve, stored, wait_for
 
 PRODUCERS = 10
 REPLACEMENTS = 1_000
@@ -144,7 +144,8 @@ async def test_debounce_from_concurrent_producers_fires_once_with_the_last_body(
         async with asyncio.timeout(10):
             await ready.wait()
         results = await asyncio.gather(*(produce(p, q) for p, q in enumerate(producers)))
-        await asyncio.sleep(0.2)  # MONITOR's stream trails the replies
+        # MONITOR's stream trails the replies: wait until it has shown every send
+        await wait_for(lambda: len(set(written)) == REPLACEMENTS, 10, "MONITOR to show every send")
     finally:
         watching.cancel()
         await asyncio.gather(watching, return_exceptions=True)
@@ -160,8 +161,6 @@ async def test_debounce_from_concurrent_producers_fires_once_with_the_last_body(
     assert (stats["digest"].delayed, stats["digest"].ready) == (1, 0)
     assert (await stored(queue, "digest", "digest-user-7")).body == {"w": last}
 
-    async with asyncio.timeout(DEBOUNCE_S + 10):
-        while not fired:
-            await asyncio.sleep(0.05)
+    await wait_for(lambda: fired, DEBOUNCE_S + 10, "the debounced task to fire")
     await asyncio.sleep(0.5)  # a second firing would show up by now
     assert fired == [last]

@@ -24,7 +24,8 @@ from delayq import (
     RedisAuthError,
 )
 from delayq.redis.durability import WaitCommand
-from tests.redis_server import PRIMARY_ARGS, RedisServer, replica_of
+from delayq.testing import PrivateRedis
+from tests.redis_cluster import PRIMARY_ARGS, replica_of
 
 TIMEOUT = 0.3
 """Wait of the queue whose sends are expected to fail: they take this long."""
@@ -36,12 +37,12 @@ SLACK = 3.0
 
 
 @pytest.fixture
-def primary(make_redis_server: Callable[..., RedisServer]) -> RedisServer:
+def primary(make_redis_server: Callable[..., PrivateRedis]) -> PrivateRedis:
     return make_redis_server(extra_args=PRIMARY_ARGS)
 
 
 @pytest.fixture
-def replica(primary: RedisServer) -> Iterator[RedisServer]:
+def replica(primary: PrivateRedis) -> Iterator[PrivateRedis]:
     server = replica_of(primary)
     try:
         server.start()
@@ -51,7 +52,7 @@ def replica(primary: RedisServer) -> Iterator[RedisServer]:
         server.close()
 
 
-async def _queue(primary: RedisServer, name: str, timeout: float) -> AsyncIterator[Queue]:
+async def _queue(primary: PrivateRedis, name: str, timeout: float) -> AsyncIterator[Queue]:
     q = Queue.from_url(primary.url, name=name, durability=Durability(replicas=1, timeout=timeout))
     try:
         yield q
@@ -60,20 +61,20 @@ async def _queue(primary: RedisServer, name: str, timeout: float) -> AsyncIterat
 
 
 @pytest.fixture
-async def durable(primary: RedisServer, queue_name: str) -> AsyncIterator[Queue]:
+async def durable(primary: PrivateRedis, queue_name: str) -> AsyncIterator[Queue]:
     """A durable queue whose sends should succeed (a patient wait)."""
     async for q in _queue(primary, queue_name, PATIENT):
         yield q
 
 
 @pytest.fixture
-async def impatient(primary: RedisServer, queue_name: str) -> AsyncIterator[Queue]:
+async def impatient(primary: PrivateRedis, queue_name: str) -> AsyncIterator[Queue]:
     """The same queue with a short wait, for sends that are expected to fail."""
     async for q in _queue(primary, queue_name, TIMEOUT):
         yield q
 
 
-def on_replica(replica: RedisServer, queue: Queue, topic: str, task_id: str) -> bytes | None:
+def on_replica(replica: PrivateRedis, queue: Queue, topic: str, task_id: str) -> bytes | None:
     with replica.client() as client:
         # The task's header, in its bucket (docs/keys.md).
         value: bytes | None = client.hget(queue.keys(topic).bucket(task_id), task_id)
@@ -81,7 +82,7 @@ def on_replica(replica: RedisServer, queue: Queue, topic: str, task_id: str) -> 
 
 
 async def test_durable_sends_are_on_the_replica_when_they_return(
-    durable: Queue, replica: RedisServer
+    durable: Queue, replica: PrivateRedis
 ) -> None:
     @durable.topic("t")
     async def handler(body: dict[str, Any]) -> None: ...
@@ -99,7 +100,7 @@ async def test_durable_sends_are_on_the_replica_when_they_return(
 
 
 async def test_a_durable_send_many_replaces_and_reports_each_outcome(
-    durable: Queue, replica: RedisServer
+    durable: Queue, replica: PrivateRedis
 ) -> None:
     await durable.send_delayed("t", {"n": 0}, 60, task_id="waiting")
     sent = await durable.send_many(
@@ -112,7 +113,7 @@ async def test_a_durable_send_many_replaces_and_reports_each_outcome(
 
 
 async def test_replica_down_raises_not_durable_but_the_task_is_stored(
-    durable: Queue, impatient: Queue, primary: RedisServer, replica: RedisServer
+    durable: Queue, impatient: Queue, primary: PrivateRedis, replica: PrivateRedis
 ) -> None:
     replica.stop()
     started = time.monotonic()
@@ -135,7 +136,7 @@ async def test_replica_down_raises_not_durable_but_the_task_is_stored(
 
 
 async def test_send_many_reports_the_unconfirmed_batch_and_what_was_not_sent(
-    impatient: Queue, replica: RedisServer
+    impatient: Queue, replica: PrivateRedis
 ) -> None:
     replica.stop()
     ids = [f"m{i}" for i in range(7)]
@@ -154,7 +155,7 @@ async def test_a_primary_without_replicas_never_confirms(impatient: Queue) -> No
 
 
 async def test_resending_a_stored_id_waits_for_its_original_write(
-    primary: RedisServer, replica: RedisServer, durable: Queue, impatient: Queue, queue_name: str
+    primary: PrivateRedis, replica: PrivateRedis, durable: Queue, impatient: Queue, queue_name: str
 ) -> None:
     """A duplicate send writes nothing; WAIT on a connection that wrote nothing would
     return at once.  The replica is frozen (still connected, acking nothing new), and the
@@ -182,7 +183,7 @@ async def test_resending_a_stored_id_waits_for_its_original_write(
 
 
 async def test_durable_send_reloads_scripts_after_a_flush_and_a_restart(
-    durable: Queue, primary: RedisServer, replica: RedisServer
+    durable: Queue, primary: PrivateRedis, replica: PrivateRedis
 ) -> None:
     await durable.send("t", {}, task_id="before")
     with primary.client() as client:
@@ -278,7 +279,7 @@ def test_the_not_durable_message_names_a_failed_local_fsync() -> None:
 
 
 async def test_a_user_without_wait_gets_an_auth_error(
-    make_redis_server: Callable[..., RedisServer], queue_name: str
+    make_redis_server: Callable[..., PrivateRedis], queue_name: str
 ) -> None:
     """The ACL must allow WAIT; without it the send is stored but cannot be confirmed."""
     server = make_redis_server()

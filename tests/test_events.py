@@ -22,7 +22,7 @@ from delayq import (
 from delayq.headers import MAX_HEADERS, MAX_HEADERS_BYTES
 from delayq.worker.report import tell_reclaimed
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import expire_lease, queue_keys, reserve, task_fields
+from tests.helpers import expire_lease, queue_keys, reserve, task_fields, wait_for
 from tests.test_worker import Seen
 
 FAST = Backoff(initial=0.01, jitter=0)
@@ -48,10 +48,8 @@ async def test_headers_reach_the_handler_get_and_dead_letters(
     await queue.reschedule("t", task_id, delay=0)
     await start_worker(queue)
     assert await seen.wait(1) == [headers]
-    for _ in range(200):
-        if letters := await queue.dead_letters("t"):
-            break
-        await asyncio.sleep(0.01)
+    await wait_for(lambda: queue.dead_letters("t"), 2, "the dead letter")
+    letters = await queue.dead_letters("t")
     assert letters[0].headers == headers and letters[0].body == {"n": 1}
 
 

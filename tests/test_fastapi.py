@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from delayq import Queue
 from delayq.fastapi import install_exception_handlers
-from tests.redis_server import RedisServer
+from delayq.testing import PrivateRedis
 
 
 def shop(queue: Queue) -> FastAPI:
@@ -65,7 +65,7 @@ async def test_bad_input_answers_422_naming_the_field(
 
 
 async def test_an_unreachable_redis_answers_503_with_retry_after(
-    make_redis_server: Callable[..., RedisServer],
+    make_redis_server: Callable[..., PrivateRedis],
     client_for: Callable[[Queue], httpx.AsyncClient],
 ) -> None:
     server = make_redis_server()

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from delayq.testing import PrivateRedis
 from examples.fastapi_app import create_app
-from tests.redis_server import RedisServer
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ async def test_bad_requests(client: httpx.AsyncClient) -> None:
 
 
 async def test_an_unreachable_redis_answers_503_with_retry_after(
-    make_redis_server: Callable[..., RedisServer], queue_name: str
+    make_redis_server: Callable[..., PrivateRedis], queue_name: str
 ) -> None:
     server = make_redis_server()
     app = create_app(server.url, queue_name, embedded_worker=False)

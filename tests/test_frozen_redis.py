@@ -22,19 +22,21 @@ import redis.exceptions
 from delayq import Queue, RedisUnavailableError, Task
 from delayq.redis.clients import SILENCE_TIMEOUT
 from delayq.redis.wakeup import HEARTBEAT
+from delayq.testing import PrivateRedis
 from tests.fixtures_delayq import StartWorker
-from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.faults  # a frozen (SIGSTOP) Redis: the faults tier
 
 NOTICED_WITHIN = SILENCE_TIMEOUT + 2.0  # one timeout, not two, plus room for a loaded box
 
 
 @pytest.fixture
-def server(make_redis_server: Callable[..., RedisServer]) -> RedisServer:
+def server(make_redis_server: Callable[..., PrivateRedis]) -> PrivateRedis:
     return make_redis_server()
 
 
 @pytest.fixture
-async def queue(server: RedisServer, queue_name: str) -> AsyncIterator[Queue]:
+async def queue(server: PrivateRedis, queue_name: str) -> AsyncIterator[Queue]:
     queue = Queue.from_url(server.url, name=queue_name)
     try:
         yield queue
@@ -43,7 +45,7 @@ async def queue(server: RedisServer, queue_name: str) -> AsyncIterator[Queue]:
 
 
 @pytest.fixture
-def frozen(server: RedisServer) -> Iterator[Callable[[], None]]:
+def frozen(server: PrivateRedis) -> Iterator[Callable[[], None]]:
     """``frozen()`` pauses the server; it is resumed at teardown whatever happened."""
     yield server.pause
     if server._paused:
@@ -59,7 +61,7 @@ async def seconds_until_failure(call: Awaitable[object], error: type[Exception])
 
 
 async def test_calls_to_a_frozen_redis_fail_after_one_silence_timeout(
-    server: RedisServer, queue: Queue, frozen: Callable[[], None]
+    server: PrivateRedis, queue: Queue, frozen: Callable[[], None]
 ) -> None:
     await queue.send("t", {"warm": True})  # the lane and a pooled connection are open
     await queue.redis.ping()
@@ -81,7 +83,7 @@ async def test_calls_to_a_frozen_redis_fail_after_one_silence_timeout(
 
 
 async def test_a_worker_notices_a_frozen_redis_and_resubscribes(
-    server: RedisServer,
+    server: PrivateRedis,
     queue: Queue,
     start_worker: StartWorker,
     frozen: Callable[[], None],

@@ -26,6 +26,7 @@ from delayq import (
     Worker,
 )
 from tests.fixtures_delayq import StartWorker
+from tests.helpers import wait_for
 
 FAST_RETRY = Backoff(initial=0.05, jitter=0)
 
@@ -95,7 +96,8 @@ async def test_lifespan_state_reaches_handlers_and_wraps_the_whole_run(queue: Qu
         await queue.send("job", {"n": n})
     await outcomes.wait(3)
     await queue.send("job", {"n": 9})
-    await asyncio.sleep(0.02)  # n=9 is running when the stop comes: exit waits for it
+    # n=9 is running when the stop comes: exit waits for it
+    await wait_for(lambda: "run 9" in log, 5, "n=9 to start")
     worker.stop()
     await asyncio.wait_for(run, 10)
 

@@ -13,7 +13,7 @@ import redis.asyncio
 from delayq import InvalidInputError, Queue, RedisCommandError, TopicStats, Worker
 from delayq.limits import RateLimit
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import redis_now_ms, reserve, stored
+from tests.helpers import redis_now_ms, redis_time_passes, reserve, stored
 
 
 async def limit(queue: Queue, topic: str = "t", **fields: str) -> None:
@@ -116,7 +116,7 @@ async def test_an_expired_lease_frees_its_place(queue: Queue) -> None:
     await limit(queue, max_running="1")
     await ready_tasks(queue, 2)
     _, _, [(first, _, _)] = await reserve(queue, "t", ttr_ms=1)
-    await asyncio.sleep(0.01)
+    await redis_time_passes(queue.redis, 1)
     _, _, leased = await reserve(queue, "t")
     assert [task_id for task_id, _, _ in leased] == ["t001"]  # first was reclaimed, ready again
     assert (await stored(queue, "t", first)).state == "ready"

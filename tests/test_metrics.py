@@ -11,9 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from delayq import Backoff, Queue, Task
 from delayq.metrics import DelayqMetrics, serve_metrics
+from delayq.testing import free_port
 from tests.fixtures_delayq import StartWorker
 from tests.helpers import expire_lease, reserve
-from tests.redis_server import free_port
 from tests.test_events import Events
 
 

@@ -47,6 +47,7 @@ from hypothesis.stateful import (
 
 from delayq import Queue, TaskInfo, TopicStats
 from delayq.task import Envelope
+from delayq.testing import PrivateRedis
 from tests.helpers import (
     DEFAULT_MAX_ATTEMPTS,
     LONG_TTR_MS,
@@ -55,7 +56,8 @@ from tests.helpers import (
     queue_keys,
     schedule_entries,
 )
-from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.slow  # the Hypothesis model test: the slow tier
 
 T = TypeVar("T")
 Key = tuple[str, str]  # (topic, task id)
@@ -535,7 +537,7 @@ class QueueMachine(RuleBasedStateMachine):
 
 # Passing takes ~15 s; the larger timeout leaves Hypothesis room to shrink a failure.
 @pytest.mark.timeout(600)
-def test_scripts_agree_with_the_model(redis_server: RedisServer) -> None:
+def test_scripts_agree_with_the_model(redis_server: PrivateRedis) -> None:
     machine = type("Machine", (QueueMachine,), {"redis_url": redis_server.url})
     run_state_machine_as_test(
         machine,

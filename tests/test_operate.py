@@ -26,13 +26,13 @@ async def test_replay_dead_moves_every_letter_back_in_batches(
 ) -> None:
     monkeypatch.setattr(manage, "DEAD_BATCH", 2)  # five letters: three script calls
     ids = await _bury(queue, "t", 5)
-    assert await queue.replay_dead("t") == 5
+    assert await queue.admin.replay_dead("t") == 5
     counts = (await queue.stats(["t"]))["t"]
     assert (counts.ready, counts.dead) == (5, 0)
     for task_id in ids:
         info = await queue.get("t", task_id)
         assert info is not None and info.attempts == 0 and info.last_error is None
-    assert await queue.replay_dead("t") == 0
+    assert await queue.admin.replay_dead("t") == 0
 
 
 async def test_delete_dead_records_each_as_cancelled_when_the_topic_keeps_history(
@@ -45,7 +45,7 @@ async def test_delete_dead_records_each_as_cancelled_when_the_topic_keeps_histor
 
     ids = await _bury(queue, "h", 3)
     await queue.send_delayed("h", {}, 60, task_id="alive")
-    assert await queue.delete_dead("h") == 3
+    assert await queue.admin.delete_dead("h") == 3
     assert "h" in await queue.stats(["h"])  # the delayed task stays
     assert (await queue.stats(["h"]))["h"].dead == 0
     records = await queue.history("h")  # each died, then was deleted
@@ -70,9 +70,9 @@ async def test_a_cancel_carries_the_history_setting_of_the_process_that_register
 async def test_forget_cleans_a_topic_that_holds_no_task(queue: Queue) -> None:
     await queue.send_delayed("typo", {}, 60, task_id="a")
     await queue.pause("typo")
-    assert not await queue.forget("typo")  # it holds a task
+    assert not await queue.admin.forget("typo")  # it holds a task
     assert await queue.cancel("typo", "a")
-    assert await queue.forget("typo")
+    assert await queue.admin.forget("typo")
     assert "typo" not in await queue.topic_names()
     keys = queue.keys("typo")
     assert await queue.redis.exists(*keys.stored()) == 0
@@ -87,17 +87,17 @@ async def test_an_idle_sweep_forgets_only_what_stayed_idle_that_long(
     await queue.consumer.ack(task.lease_token)
     await queue.pause("held")
     idle = 0.2
-    assert not await queue.forget("quiet", idle=idle)  # first seen idle now
-    assert not await queue.forget("held", idle=idle)  # controls keep a topic
+    assert not await queue.admin.forget("quiet", idle=idle)  # first seen idle now
+    assert not await queue.admin.forget("held", idle=idle)  # controls keep a topic
     # A lease since the last look starts the wait again.
     await queue.send("quiet", {}, task_id="b")
     (task,) = await queue.consumer.lease("quiet")
     await queue.consumer.ack(task.lease_token)
     loop = asyncio.get_running_loop()
     restarted = loop.time()
-    assert not await queue.forget("quiet", idle=idle)
+    assert not await queue.admin.forget("quiet", idle=idle)
     async with asyncio.timeout(5):
-        while not await queue.forget("quiet", idle=idle):
+        while not await queue.admin.forget("quiet", idle=idle):
             await asyncio.sleep(0.02)
     assert loop.time() - restarted >= idle * 0.9  # Redis's clock against ours
     assert "quiet" not in await queue.topic_names()

@@ -9,7 +9,7 @@ import redis.asyncio
 from delayq import Queue, TopicStats
 from tests.apps.runner import app_env
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import reserve, stored
+from tests.helpers import redis_time_passes, reserve, stored
 from tests.test_cli import cli
 
 QUIET_S = 0.5
@@ -115,7 +115,7 @@ async def test_a_paused_topic_still_reclaims_expired_leases(queue: Queue) -> Non
     _, _, leased = await reserve(queue, "t", ttr_ms=1)
     assert [item[0] for item in leased] == [task_id]
     await queue.pause("t")
-    await asyncio.sleep(0.01)
+    await redis_time_passes(queue.redis, 1)
     _, next_ms, leased = await reserve(queue, "t")
     assert leased == [] and next_ms == -1  # reclaimed (no lease left), nothing leased
     info = await stored(queue, "t", task_id)

@@ -12,7 +12,7 @@ import redis.asyncio
 
 from delayq import InvalidInputError, Queue, Task
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import queue_keys, reserve, stored
+from tests.helpers import queue_keys, redis_time_passes, reserve, stored
 
 
 def ids_of(leased: list[tuple[str, str, int]]) -> list[str]:
@@ -130,7 +130,7 @@ async def test_retry_release_reclaim_and_replay_keep_the_priority(queue: Queue) 
     assert await queue.reschedule("t", "p", delay=0)
     _, _, [(task_id, token, _)] = await reserve(queue, "t", limit=1, ttr_ms=1)
     assert task_id == "p"
-    await asyncio.sleep(0.01)
+    await redis_time_passes(queue.redis, 1)
     _, _, leased = await reserve(queue, "t", limit=1)  # reclaims p's lease, leases it again
     assert ids_of(leased) == ["p"]
     await queue.scripts.nack(keys, "p", leased[0][1], mode="dead", error="no", max_attempts=3)

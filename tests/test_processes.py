@@ -17,6 +17,9 @@ import redis.asyncio
 from delayq import Queue
 from tests.apps.records import handled
 from tests.apps.runner import APP, Spawner, app_env, module_command
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.faults  # a worker process killed mid-run: the faults tier
 
 TASKS = 3000
 PRODUCERS = 4
@@ -62,7 +65,8 @@ async def test_killed_worker_loses_no_task(
     started = time.monotonic()
     per_producer = TASKS // PRODUCERS
     producing = asyncio.gather(*(produce(queue, per_producer, seed) for seed in range(PRODUCERS)))
-    await asyncio.sleep(0.5)  # mid-run: tasks are being sent, leased and handled
+    # mid-run: tasks are being sent, leased and handled
+    await wait_for(lambda: handled(redis_client, queue.name), 30, "the first handled task")
     victim.send_signal(signal.SIGKILL)
     ids = {task_id for batch in await producing for task_id in batch}
     assert len(ids) == per_producer * PRODUCERS

@@ -27,6 +27,7 @@ from tests.helpers import (
     schedule_entries,
     stored,
     task_fields,
+    wait_for,
 )
 
 # Slack for comparing a due time with Redis's clock read by the test around the call.
@@ -120,9 +121,10 @@ async def test_a_delayed_task_becomes_ready_when_due(queue: Queue) -> None:
     assert info.state == "delayed"
     assert await queue.stats() == {"t": TopicStats(delayed=1, ready=0, reserved=0, dead=0)}
 
-    await asyncio.sleep(0.15)
-    info = await stored(queue, "t", task_id)
-    assert info.state == "ready"
+    async def is_ready() -> bool:
+        return (await stored(queue, "t", task_id)).state == "ready"
+
+    await wait_for(is_ready, 5, "the task to fall due")
     assert await queue.stats() == {"t": TopicStats(delayed=0, ready=1, reserved=0, dead=0)}
 
 
@@ -367,8 +369,8 @@ async def test_send_many_raises_the_first_failure_and_leaves_no_call_behind(
     await redis_client.set(queue.keys("t").wheel, "garbage")  # every batch fails
     with pytest.raises(RedisCommandError, match="WRONGTYPE"):
         await queue.send_many("t", [{}] * 20, delay=30, batch_size=5)
-    await asyncio.sleep(0.05)
-    assert asyncio.all_tasks() == {asyncio.current_task()}
+    current = asyncio.current_task()
+    await wait_for(lambda: asyncio.all_tasks() == {current}, 5, "every batch's call to end")
     assert not [w for w in recwarn if "never retrieved" in str(w.message)]
 
 
@@ -570,7 +572,11 @@ async def test_replay_makes_a_dead_task_ready_again(
     queue: Queue, redis_client: redis.asyncio.Redis
 ) -> None:
     await queue.send_delayed("t", {"v": 1}, 0.01, task_id="x", max_attempts=1)
-    await asyncio.sleep(0.02)
+
+    async def is_ready() -> bool:
+        return (await stored(queue, "t", "x")).state == "ready"
+
+    await wait_for(is_ready, 5, "the task to fall due")
     token = await lease(queue, "t", "x")
     outcome, _ = await queue.scripts.nack(
         queue.keys("t"), "x", token, mode="retry", error="KeyError: 'k'", max_attempts=3

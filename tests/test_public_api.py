@@ -28,9 +28,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "delayq"
 ALLOWED_ATTRIBUTES = {
     # os._exit is the documented way to end a forked child without running exit handlers.
     ("delayq/cli/run.py", "os._exit"),
-    # Queue's constructor (a classmethod) sets up the queue it just built: delayq's own object.
-    ("delayq/queue.py", "queue._use_scripts"),
-    ("delayq/queue.py", "queue._owns_client"),
+    # Queue's constructors (classmethods) set up the queue they just built: delayq's own object.
+    ("delayq/queue.py", "queue._parts"),
 }
 """(module, expression) pairs of underscore attributes read on delayq's own objects."""
 

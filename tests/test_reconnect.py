@@ -14,19 +14,22 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from delayq import Backoff, Queue, RedisUnavailableError, Task, Worker
+from delayq.testing import PrivateRedis
 from tests.fixtures_delayq import StartWorker
-from tests.redis_server import RedisServer
 
-MakeServer = Callable[..., RedisServer]
+MakeServer = Callable[..., PrivateRedis]
+
+
+pytestmark = pytest.mark.faults  # Redis killed, restarted and frozen: the faults tier
 
 
 @pytest.fixture
-def server(make_redis_server: MakeServer) -> RedisServer:
+def server(make_redis_server: MakeServer) -> PrivateRedis:
     return make_redis_server(appendonly=True, appendfsync="always")
 
 
 @pytest.fixture
-async def flaky_queue(server: RedisServer, queue_name: str) -> AsyncIterator[Queue]:
+async def flaky_queue(server: PrivateRedis, queue_name: str) -> AsyncIterator[Queue]:
     """A queue on the server the test kills.  Request it before ``start_worker`` so the
     worker is stopped before this queue's client is closed."""
     queue = Queue.from_url(server.url, name=queue_name)
@@ -55,7 +58,7 @@ def register(queue: Queue, handled: Handled) -> None:
 
 
 async def test_worker_and_producer_carry_on_after_redis_is_killed_and_restarted(
-    server: RedisServer, flaky_queue: Queue, start_worker: StartWorker
+    server: PrivateRedis, flaky_queue: Queue, start_worker: StartWorker
 ) -> None:
     handled = Handled()
     register(flaky_queue, handled)
@@ -84,7 +87,7 @@ async def test_worker_and_producer_carry_on_after_redis_is_killed_and_restarted(
 
 
 async def test_a_separate_producer_reconnects_after_a_restart(
-    server: RedisServer, flaky_queue: Queue, queue_name: str
+    server: PrivateRedis, flaky_queue: Queue, queue_name: str
 ) -> None:
     async with Queue.from_url(server.url, name=queue_name) as producer:
         first = await producer.send_delayed("job", "one", 60)
@@ -98,7 +101,7 @@ async def test_a_separate_producer_reconnects_after_a_restart(
 
 
 async def test_worker_started_while_redis_is_down_waits_for_it(
-    server: RedisServer, flaky_queue: Queue
+    server: PrivateRedis, flaky_queue: Queue
 ) -> None:
     handled = Handled()
     register(flaky_queue, handled)
@@ -119,7 +122,7 @@ async def test_worker_started_while_redis_is_down_waits_for_it(
 
 
 async def test_worker_rides_out_a_frozen_redis(
-    server: RedisServer, flaky_queue: Queue, start_worker: StartWorker
+    server: PrivateRedis, flaky_queue: Queue, start_worker: StartWorker
 ) -> None:
     """A paused server (SIGSTOP) hangs connections instead of refusing them."""
     handled = Handled()
@@ -138,7 +141,7 @@ async def test_worker_rides_out_a_frozen_redis(
 
 
 async def test_wake_ups_work_again_after_a_restart(
-    server: RedisServer, flaky_queue: Queue, start_worker: StartWorker
+    server: PrivateRedis, flaky_queue: Queue, start_worker: StartWorker
 ) -> None:
     """After a restart the worker resubscribes, so a task sent to an idle worker still
     fires on time rather than at the next idle recheck (2 s)."""

@@ -1,4 +1,4 @@
-"""Tests of the RedisServer helper itself (real servers, a few seconds in all)."""
+"""Tests of the PrivateRedis helper itself (real servers, a few seconds in all)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.redis_server import RedisServer, RedisServerError, free_port
+from delayq.testing import PrivateRedis, PrivateRedisError, free_port
 
 
 def test_free_port_is_bindable() -> None:
@@ -21,7 +21,7 @@ def test_free_port_is_bindable() -> None:
 
 
 def test_start_ping_and_close() -> None:
-    with RedisServer() as server:
+    with PrivateRedis() as server:
         assert server.running
         assert server.url == f"redis://127.0.0.1:{server.port}/0"
         with server.client() as client:
@@ -32,7 +32,7 @@ def test_start_ping_and_close() -> None:
     assert not directory.exists()
 
 
-def test_session_fixtures(redis_server: RedisServer, redis_url: str, queue_name: str) -> None:
+def test_session_fixtures(redis_server: PrivateRedis, redis_url: str, queue_name: str) -> None:
     assert redis_url == redis_server.url
     assert queue_name.startswith("t") and len(queue_name) == 11
     with redis_server.client() as client:
@@ -44,7 +44,7 @@ async def test_async_client_fixture(redis_client: redis.asyncio.Redis, queue_nam
     assert await redis_client.get(queue_name) == b"v"
 
 
-def test_aof_survives_kill_and_restart(make_redis_server: Callable[..., RedisServer]) -> None:
+def test_aof_survives_kill_and_restart(make_redis_server: Callable[..., PrivateRedis]) -> None:
     server = make_redis_server(appendonly=True, appendfsync="always")
     with server.client() as client:
         client.set("k", "durable")
@@ -57,7 +57,7 @@ def test_aof_survives_kill_and_restart(make_redis_server: Callable[..., RedisSer
         assert client.get("k") == b"durable"
 
 
-def test_without_aof_restart_loses_data(make_redis_server: Callable[..., RedisServer]) -> None:
+def test_without_aof_restart_loses_data(make_redis_server: Callable[..., PrivateRedis]) -> None:
     server = make_redis_server()
     with server.client() as client:
         client.set("k", "volatile")
@@ -67,7 +67,7 @@ def test_without_aof_restart_loses_data(make_redis_server: Callable[..., RedisSe
         assert client.get("k") is None
 
 
-def test_password_required(make_redis_server: Callable[..., RedisServer]) -> None:
+def test_password_required(make_redis_server: Callable[..., PrivateRedis]) -> None:
     password = "p@ss:w/rd"  # characters that must be quoted in the URL
     server = make_redis_server(password=password)
     assert "p%40ss%3Aw%2Frd" in server.url
@@ -82,7 +82,7 @@ def test_password_required(make_redis_server: Callable[..., RedisServer]) -> Non
         assert client.ping()
 
 
-def test_pause_resume(make_redis_server: Callable[..., RedisServer]) -> None:
+def test_pause_resume(make_redis_server: Callable[..., PrivateRedis]) -> None:
     server = make_redis_server()
     with server.client(socket_timeout=0.3) as client:
         assert client.ping()
@@ -95,14 +95,14 @@ def test_pause_resume(make_redis_server: Callable[..., RedisServer]) -> None:
         assert client.ping()
 
 
-def test_stop_while_paused(make_redis_server: Callable[..., RedisServer]) -> None:
+def test_stop_while_paused(make_redis_server: Callable[..., PrivateRedis]) -> None:
     server = make_redis_server()
     server.pause()
     server.stop()  # must not hang on a SIGSTOPped process
     assert not server.running
 
 
-def test_extra_args(make_redis_server: Callable[..., RedisServer]) -> None:
+def test_extra_args(make_redis_server: Callable[..., PrivateRedis]) -> None:
     server = make_redis_server(
         extra_args=["--maxmemory", "10mb", "--maxmemory-policy", "noeviction"]
     )
@@ -111,9 +111,9 @@ def test_extra_args(make_redis_server: Callable[..., RedisServer]) -> None:
 
 
 def test_bad_config_reports_log_tail() -> None:
-    server = RedisServer(extra_args=["--no-such-directive", "1"])
+    server = PrivateRedis(extra_args=["--no-such-directive", "1"])
     try:
-        with pytest.raises(RedisServerError, match="no-such-directive"):
+        with pytest.raises(PrivateRedisError, match="no-such-directive"):
             server.start()
         assert not server.running
     finally:

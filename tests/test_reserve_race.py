@@ -7,6 +7,7 @@ import contextlib
 import random
 from typing import Any
 
+import pytest
 import redis.asyncio
 
 from delayq import Queue
@@ -16,6 +17,8 @@ from tests.helpers import LONG_TTR_MS
 RESERVERS = 50
 ROUNDS = 1_000
 TOPICS_PER_BATCH = 100
+
+pytestmark = pytest.mark.slow  # 50,000 racing script calls: a stress run, the slow tier
 
 
 async def test_exactly_one_of_many_reservers_wins_each_task(

@@ -24,6 +24,7 @@ from tests.helpers import (
     expire_lease,
     overwrite_task,
     redis_now_ms,
+    redis_time_passes,
     reserve,
     schedule_entries,
     stored,
@@ -71,7 +72,7 @@ async def test_reserve_leases_in_due_order_up_to_the_limit(queue: Queue) -> None
     # Ids sort the other way round from due times, so the order must come from the scores.
     for n, task_id in enumerate("abcde"):
         await queue.send_delayed("t", {"n": n}, delay=0.05 - n * 0.01, task_id=task_id)
-    await asyncio.sleep(0.08)
+    await redis_time_passes(queue.redis, 50)  # all five are due
 
     now, wake, first = await reserve(queue, "t", limit=3, ttr_ms=20_000)
     assert ids(first) == ["e", "d", "c"]
@@ -136,7 +137,7 @@ async def test_a_stale_token_is_fenced_off(queue: Queue) -> None:
     keys = queue.keys("t")
     await queue.send("t", {}, task_id="x", ttr=0.05)
     _, _, [(_, stale, _)] = await reserve(queue, "t")
-    await asyncio.sleep(0.1)  # the lease ends; the next reserve reclaims and re-leases it
+    await redis_time_passes(queue.redis, 50)  # the lease ends; the next reserve re-leases it
     _, _, [(_, fresh, attempts)] = await reserve(queue, "t")
     assert (attempts, fresh != stale) == (2, True)
 
@@ -155,7 +156,7 @@ async def test_a_stale_token_is_fenced_off(queue: Queue) -> None:
 async def test_the_holder_may_still_ack_an_expired_lease_nobody_took(queue: Queue) -> None:
     await queue.send("t", {}, task_id="x", ttr=0.05)
     _, _, [(_, token, _)] = await reserve(queue, "t")
-    await asyncio.sleep(0.1)
+    await redis_time_passes(queue.redis, 50)
     # Nobody reserved since, so the lease was not reclaimed: the late ack still counts.
     assert await queue.scripts.ack(queue.keys("t"), [("x", token)]) == [True]
     assert await queue.get("t", "x") is None

@@ -23,7 +23,7 @@ from delayq import (
 )
 from delayq.redis.keys import TopicKeys, shard_of, shard_tags
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import queue_keys
+from tests.helpers import queue_keys, wait_for
 
 TOPIC = "order.close"
 SHARDS = 4
@@ -51,12 +51,6 @@ def register(queue: Queue, shards: int = SHARDS, topic: str = TOPIC, **options: 
 
     queue.topic(topic, shards=shards, **options)(handle)
     return done
-
-
-async def wait_for(check: Callable[[], bool], seconds: float = 10.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not check():
-            await asyncio.sleep(0.02)
 
 
 # -- key names ---------------------------------------------------------------------------
@@ -374,14 +368,14 @@ async def test_a_consumer_leases_every_shard_and_acks_by_token(queue: Queue) -> 
 
 
 async def test_a_long_poll_wakes_for_a_send_to_any_shard(
-    queue: Queue, queues: Callable[[], Queue]
+    queue: Queue, queues: Callable[[], Queue], redis_client: redis.asyncio.Redis
 ) -> None:
     register(queue)
     consumer = queues()
     target = ids_in(3, 1, stem="w")[0]
     await queue.send_delayed(TOPIC, {}, 60, task_id="far")  # the topic exists, nothing due
     poll = asyncio.create_task(consumer.consumer.lease(TOPIC, wait=10))
-    await asyncio.sleep(0.3)
+    await wait_for(redis_client.pubsub_numpat, 5, "the long poll to subscribe")
     await queue.send(TOPIC, {}, task_id=target)
     leased = await asyncio.wait_for(poll, 8)
     assert [t.id for t in leased] == [target]

@@ -24,6 +24,7 @@ from tests.apps.runner import (
     module_command,
     script_command,
 )
+from tests.helpers import wait_for
 
 
 class Launched(NamedTuple):
@@ -175,8 +176,7 @@ async def test_cancelling_run_releases_what_the_worker_holds(queue: Queue, launc
     task_ids = [await job.send(None) for _ in range(3)]
     async with asyncio.timeout(5):
         await started.wait()
-    await asyncio.sleep(0.05)
-    assert worker.held == 3
+    await wait_for(lambda: worker.held == 3, 5, "the worker to hold all three")
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await stopped_within(run, timeout=5)

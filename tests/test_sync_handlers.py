@@ -19,6 +19,7 @@ import pytest
 from delayq import Backoff, CallNext, InvalidInputError, Outcome, Queue, Task, Worker
 from tests.apps.runner import APP, Spawner, app_env, module_command
 from tests.fixtures_delayq import StartWorker
+from tests.helpers import wait_for
 from tests.test_hooks import Outcomes
 
 FAST_RETRY = Backoff(initial=0.05, jitter=0)
@@ -60,8 +61,11 @@ async def test_a_sync_handler_runs_in_a_thread_with_the_hooks(
 async def test_sync_handlers_do_not_block_the_event_loop(
     queue: Queue, start_worker: StartWorker
 ) -> None:
+    sleeping = threading.Event()
+
     @queue.topic("slow")
     def slow(body: None) -> None:
+        sleeping.set()
         time.sleep(0.5)
 
     @queue.topic("fast")
@@ -70,7 +74,7 @@ async def test_sync_handlers_do_not_block_the_event_loop(
     outcomes = Outcomes()
     await start_worker(queue, on_outcome=outcomes, concurrency=4)
     await queue.send("slow", None, task_id="slow")
-    await asyncio.sleep(0.05)  # slow's thread is sleeping now
+    await wait_for(sleeping.is_set, 5, "slow's thread to sleep")
     started = time.monotonic()
     await queue.send("fast", None, task_id="fast")
     await outcomes.wait(1)

@@ -29,6 +29,7 @@ from delayq import (
 )
 from delayq.task import Envelope
 from tests.fixtures_delayq import StartWorker
+from tests.helpers import wait_for
 
 LATE = 0.1
 """How late a task may start: generous, so that a loaded CI machine passes."""
@@ -509,9 +510,8 @@ async def test_a_delivery_whose_lease_ran_out_before_it_started_is_not_run(
     )
     assert leased_id == task_id
     worker._accept(queue.topics["job"], keys, task_id, raw, started=0.0)  # long past
-    await asyncio.sleep(0.01)  # its deadline's timer fires
     delivery = worker._buffer.get_nowait()
-    assert delivery.expired
+    await wait_for(lambda: delivery.expired, 5, "its deadline's timer to fire")
     me = asyncio.current_task()
     assert me is not None
     await worker._executor.execute(delivery, me)

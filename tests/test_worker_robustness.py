@@ -7,6 +7,7 @@ import time
 
 from delayq import Queue, Retry, Task
 from delayq.worker.runner import STOP_TIMEOUT
+from tests.helpers import wait_for
 
 HANDLER_SECONDS = 10.0
 
@@ -24,7 +25,7 @@ async def test_invalid_retry_delay_fails_the_attempt_instead_of_the_worker(
 
     await start_worker(queue, concurrency=2)
     await queue.send("t", {"n": 0}, task_id="bad")
-    await asyncio.sleep(0.2)
+    await wait_for(lambda: ("bad", 1) in runs, 5, "the bad task's first run")
     await queue.send("t", {"n": 1}, task_id="good")
     async with asyncio.timeout(3):
         while ("good", 1) not in runs:
@@ -36,13 +37,15 @@ async def test_stop_after_grace_returns_when_handler_is_in_a_redis_call(
 ) -> None:
     @queue.topic("t", ttr=30)
     async def handler(body: dict[str, int]) -> None:
+        running.set()
         end = time.monotonic() + HANDLER_SECONDS
         while time.monotonic() < end:
             await queue.redis.get("x")
 
+    running = asyncio.Event()
     worker = await start_worker(queue, concurrency=1, grace=0.1)
     await queue.send("t", {}, task_id="busy")
-    await asyncio.sleep(0.3)
+    await wait_for(running.is_set, 5, "the handler to start")
     run = next(t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "Worker.run")
     worker.stop()
     # The hard stop gives up on the handler after STOP_TIMEOUT; the slack covers a loaded

@@ -23,13 +23,9 @@ PEERS: dict[str, str] = {
 #: Group name that means "the dev interpreter", not a benchmark virtualenv.
 DEV_GROUP = "dev"
 
-#: delayq configurations measured beside delayq on request (``--only delayq,delayq_hooks``),
+#: delayq configurations measured beside delayq on request (``--only delayq,delayq_base``),
 #: never in a default run: library -> virtualenv group, like ``PEERS``.
 VARIANTS: dict[str, str] = {
-    "delayq_hooks": "dev",  # a lifespan and two no-op middlewares (benchmarks/peers/delayq_hooks.py)
-    # metrics, OpenTelemetry (SDK, batch, dropped) and history (benchmarks/peers/delayq_observed.py)
-    "delayq_observed": "dev",
-    "delayq_limited": "dev",  # a rate limit far above the drain rate (peers/delayq_limited.py)
     "delayq_base": "dev",  # delayq at a git ref, before a change (peers/delayq_base.py)
 }
 

@@ -4,7 +4,7 @@ The package at ``$DELAYQ_BENCH_BASE`` (default :data:`DEFAULT_BASE`, the last co
 topic controls, issue 25) is exported once with ``git archive`` into
 ``benchmarks/.venvs/delayq_base/<sha>/`` and imported instead of the working tree's; the
 adapter is plain delayq's (``benchmarks/peers/delayq.py``).  Run in one run with the others:
-``scripts/bench --only delayq,delayq_base,delayq_limited --scenarios enqueue,drain,lateness``.
+``DELAYQ_BENCH_BASE=<ref> scripts/bench --only delayq,delayq_base --scenarios enqueue,drain``.
 The ratio to ``delayq`` then includes every change between the ref and the working tree.
 """
 

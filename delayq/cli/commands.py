@@ -79,7 +79,7 @@ async def _resume(queue: Queue, args: argparse.Namespace) -> int:
 
 
 async def _forget(queue: Queue, args: argparse.Namespace) -> int:
-    if await queue.forget(args.topic):
+    if await queue.admin.forget(args.topic):
         print(f"forgot {args.topic}: its controls, history and counters are gone")
         return 0
     print(

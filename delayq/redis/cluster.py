@@ -26,6 +26,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import SSLConnection
 
+from delayq.pacing import RetryPacing
 from delayq.redis.translate import TRANSLATED, translate
 
 if TYPE_CHECKING:
@@ -107,11 +108,12 @@ async def retrying(
         raise first
     loop = asyncio.get_running_loop()
     deadline = loop.time() + window
-    pause = 0.05
+    pacing = RetryPacing(first=0.05, cap=1.0)
+    pause = pacing.failed()
     error: BaseException = first
     while loop.time() + pause < deadline:
         await asyncio.sleep(pause)
-        pause = min(pause * 2, 1.0)
+        pause = pacing.failed()
         try:
             return await call()
         except Exception as exc:

@@ -110,6 +110,10 @@ class Scripts:
         if self._lane is not None:
             await self._lane.aclose()
 
+    def use_lane(self, lane: ScriptLane | None) -> None:
+        """Run the calls through ``lane`` from now on (``None``: through ``client``)."""
+        self._lane = lane
+
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int | bytes]) -> Any:
         # The hot path: a bare try costs nothing until something fails, unlike entering
         # an async context manager per call.

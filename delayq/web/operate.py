@@ -102,7 +102,7 @@ class Operate:
         deadline first, each flagged when its lease expired."""
         topic = self.name(topic)
         with naming("topic"):
-            page = await self.queue.running(topic, limit=limit, offset=offset)
+            page = await self.queue.admin.running(topic, limit=limit, offset=offset)
         tasks = [
             RunningTask(**t.model_dump(), lease_expired=t.lease_deadline is not None
                         and t.lease_deadline < page.now)
@@ -115,13 +115,13 @@ class Operate:
         """Move every dead letter of the topic back to ready (due now, attempts reset), in
         batches of one script call each; answers how many."""
         with naming("topic"):
-            return Count(count=await self.queue.replay_dead(self.name(topic)))
+            return Count(count=await self.queue.admin.replay_dead(self.name(topic)))
 
     async def delete_dead(self, topic: str) -> Count:
         """Delete every dead letter of the topic (recorded as cancelled when it keeps
         history), in batches of one script call each; answers how many."""
         with naming("topic"):
-            return Count(count=await self.queue.delete_dead(self.name(topic)))
+            return Count(count=await self.queue.admin.delete_dead(self.name(topic)))
 
 
 async def filtered_history(
@@ -154,7 +154,7 @@ async def filtered_history(
 
 class Sweeper:
     """Forgets topics with no task and no controls once seen idle for :data:`IDLE`
-    (``Queue.forget``): every :data:`SWEEP_EVERY` seconds the next :data:`SWEEP_STEP`
+    (``Admin.forget``): every :data:`SWEEP_EVERY` seconds the next :data:`SWEEP_STEP`
     topics in name order, round and round."""
 
     def __init__(self, queue: Queue) -> None:
@@ -172,7 +172,7 @@ class Sweeper:
         step = (names[start:] + names[:start])[:SWEEP_STEP]
         gone = set()
         for topic in step:
-            if await self.queue.forget(topic, idle=IDLE):
+            if await self.queue.admin.forget(topic, idle=IDLE):
                 gone.add(topic)
         self._after = step[-1] if step else ""
         return [n for n in names if n not in gone]

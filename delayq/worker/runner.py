@@ -80,7 +80,8 @@ class Worker:
         queue: the queue whose registered topics to consume.
         concurrency: most handlers running at once.
         topics: names of registered topics to consume (default: all).
-        grace: on stop, how long running handlers may finish before being cancelled.
+        grace: on stop, how long running handlers may finish before they are cancelled and
+            their tasks released for immediate redelivery.
         on_outcome: called with the :class:`~delayq.task.Outcome` of every delivery this
             worker acked, retried or dead-lettered: an alias of an event listener
             (``queue.hooks.add_listener``) told only this worker's ``acked``, ``retried`` and
@@ -144,8 +145,8 @@ class Worker:
         return self._wakeup.subscribed
 
     async def __aenter__(self) -> Self:
-        """Run the worker in the background on this event loop (``queue.worker()``);
-        returns once it consumes.  See :mod:`delayq.worker.embedded`."""
+        """Run the worker (lifespan, Redis check, leases) in the background on this event
+        loop (``queue.worker()``); returns once it consumes.  See :mod:`delayq.worker.embedded`."""
         self._embedded = await start_embedded(self)
         return self
 
@@ -153,7 +154,7 @@ class Worker:
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:  # fmt: skip
-        """Stop the worker gracefully (the two-stage stop) and wait for it."""
+        """Stop the worker gracefully (``grace``, then cancel and hand back) and wait for it."""
         run, self._embedded = self._embedded, None
         if run is not None:
             await stop_embedded(self, run)

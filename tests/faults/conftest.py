@@ -14,12 +14,22 @@ import redis
 
 from delayq import Queue
 from delayq.redis.keys import TopicKeys, topics_key
+from delayq.testing import PrivateRedis
 from tests.faults.harness import WorkerProc
 from tests.faults.proxy import FaultProxy
 from tests.helpers import RECOUNT
-from tests.redis_server import RedisServer
 
 SpawnWorker = Callable[..., WorkerProc]
+
+
+FAULTS_DIR = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/faults/ is in the ``faults`` tier (left out by ``--quick``)."""
+    for item in items:
+        if item.path.is_relative_to(FAULTS_DIR):
+            item.add_marker(pytest.mark.faults)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,7 +53,7 @@ def spawn_worker(log_dir: Path, queue_name: str) -> Iterator[SpawnWorker]:
     procs: list[WorkerProc] = []
     admins: list[Any] = []
 
-    def spawn(server: RedisServer, *, url: str | None = None, **options: Any) -> WorkerProc:
+    def spawn(server: PrivateRedis, *, url: str | None = None, **options: Any) -> WorkerProc:
         admin = server.client()
         admins.append(admin)
         proc = WorkerProc(url or server.url, queue_name, log_dir, admin, **options)
@@ -58,11 +68,11 @@ def spawn_worker(log_dir: Path, queue_name: str) -> Iterator[SpawnWorker]:
 
 
 @pytest.fixture
-def make_proxy() -> Iterator[Callable[[RedisServer], FaultProxy]]:
+def make_proxy() -> Iterator[Callable[[PrivateRedis], FaultProxy]]:
     """``make_proxy(server)`` -> a started FaultProxy in front of ``server``."""
     proxies: list[FaultProxy] = []
 
-    def make(server: RedisServer) -> FaultProxy:
+    def make(server: PrivateRedis) -> FaultProxy:
         proxy = FaultProxy(server.port).start()
         proxies.append(proxy)
         return proxy
@@ -113,7 +123,7 @@ def counts_stay_exact(
         )
 
 
-def check_counts(server: RedisServer, queue_name: str) -> int:
+def check_counts(server: PrivateRedis, queue_name: str) -> int:
     """Assert the kept count of every topic of ``queue_name`` on ``server`` is exact;
     return how many topics were compared (0: the server did not answer)."""
     with server.client(socket_timeout=2) as client:

@@ -8,7 +8,6 @@ process and records what it sent for the checker.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import json
 import os
@@ -26,6 +25,7 @@ import redis
 
 from delayq import DelayqError, Queue
 from tests.faults.apps.plan import WORK_TOPIC, real_now
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL = os.environ.get("DELAYQ_FULL_FAULTS") == "1"
@@ -37,23 +37,6 @@ _numbers = itertools.count(1)
 def sized(ci: int, full: int) -> int:
     """``full`` under DELAYQ_FULL_FAULTS=1, else the CI size ``ci``."""
     return full if FULL else ci
-
-
-async def wait_until(
-    condition: Callable[[], object], timeout: float, what: str, step: float = 0.02
-) -> float:
-    """Poll ``condition`` (sync or async) until truthy; return the seconds it took, fail
-    after ``timeout``."""
-    start = time.monotonic()
-    while True:
-        result = condition()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(step)
 
 
 @dataclass
@@ -133,7 +116,7 @@ class WorkerProc:
                 raise AssertionError(f"worker exited at start:\n{self.output()[-3000:]}")
             return self._subscribers(channel) > before
 
-        await wait_until(ready, timeout, f"worker {self.pid} to subscribe")
+        await wait_for(ready, timeout, f"worker {self.pid} to subscribe")
         return self
 
     def _subscribers(self, channel: str) -> int:
@@ -168,7 +151,7 @@ class WorkerProc:
         if self.alive:
             self.signal(signal.SIGCONT)
             self.signal(signal.SIGTERM)
-        await wait_until(lambda: not self.alive, timeout, f"worker {self.pid} to exit")
+        await wait_for(lambda: not self.alive, timeout, f"worker {self.pid} to exit")
         assert self.proc is not None and self.proc.returncode is not None
         return self.proc.returncode
 

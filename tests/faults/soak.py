@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from delayq import Queue
+from delayq.testing import PrivateRedis
 from tests.faults.checker import check, read_log
-from tests.faults.harness import Producer, WorkerProc, wait_until
+from tests.faults.harness import Producer, WorkerProc
 from tests.faults.proxy import FaultProxy
-from tests.redis_server import RedisServer
+from tests.helpers import wait_for
 
 TTR = 3.0
 
@@ -45,7 +46,7 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.log_dir = workdir / "deliveries"
         self.log_dir.mkdir()
-        self.server = RedisServer(appendonly=True, appendfsync="always").start()
+        self.server = PrivateRedis(appendonly=True, appendfsync="always").start()
         self.admin = self.server.client()
         self.proxy = FaultProxy(self.server.port).start()
         self.queue_name = f"soak{args.seed}"
@@ -127,7 +128,7 @@ class Soak:
         self.proxy.disarm()
         print("draining...", flush=True)
         with contextlib.suppress(AssertionError):
-            await wait_until(
+            await wait_for(
                 lambda: (
                     producer.returned
                     <= {d.task_id for d in read_log(self.log_dir) if d.event == "done"}

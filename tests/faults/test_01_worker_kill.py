@@ -14,7 +14,8 @@ import pytest
 
 from tests.faults.apps.plan import WORK_TOPIC, real_now
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import Producer, leases, task_ids, wait_until
+from tests.faults.harness import Producer, leases, task_ids
+from tests.helpers import wait_for
 
 TTR = 2.0
 HELD = 100
@@ -37,15 +38,15 @@ async def test_01_worker_sigkill_holding_100_leases(
     # Sent before A starts, so that A's first reserve call leases all 100 at once.
     await producer.send_many(ids[:HELD])
     holder = await spawn_worker(server, concurrency=HELD, ttr=TTR, steps=steps).started()
-    await wait_until(lambda: leases(admin, reserved_key) == HELD, 10, "A to lease 100")
+    await wait_for(lambda: leases(admin, reserved_key) == HELD, 10, "A to lease 100")
     held = {m.decode() for m in admin.zrange(reserved_key, "-inf", "(inf", byscore=True)}
     await producer.send_many(ids[HELD:])
     standby = await spawn_worker(server, concurrency=HELD, ttr=TTR).started()
 
-    await wait_until(lambda: len(_done(log_dir)) >= EXTRA, 10, "B to drain the rest")
+    await wait_for(lambda: len(_done(log_dir)) >= EXTRA, 10, "B to drain the rest")
     killed_at = real_now()
     holder.kill()
-    await wait_until(lambda: held <= _done(log_dir), TTR + 5, "held tasks redelivered")
+    await wait_for(lambda: held <= _done(log_dir), TTR + 5, "held tasks redelivered")
 
     deliveries = read_log(log_dir)
     redelivered = [d for d in deliveries if d.task_id in held and d.event == "done"]

@@ -22,7 +22,8 @@ import pytest
 from delayq import Queue
 from tests.faults.apps.plan import WORK_TOPIC
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import Producer, wait_until
+from tests.faults.harness import Producer
+from tests.helpers import wait_for
 
 TTR = 1.5
 # Second delivery: hold the lease for a while (the zombie acts meanwhile), then fail.
@@ -47,17 +48,17 @@ async def test_02_zombie_worker_late_outcome_refused(
     await producer.send(task_id, body={"plan": {"1": first, "2": SECOND}})
 
     # Freeze the zombie while its handler is inside attempt 1 (blocked for 700 ms).
-    await wait_until(lambda: (1, zombie.pid, "start") in _events(log_dir, task_id), 5, "start")
+    await wait_for(lambda: (1, zombie.pid, "start") in _events(log_dir, task_id), 5, "start")
     zombie.signal(signal.SIGSTOP)
     other = await spawn_worker(server, ttr=TTR).started()
-    await wait_until(
+    await wait_for(
         lambda: (2, other.pid, "start") in _events(log_dir, task_id), TTR + 5, "redelivery"
     )
     zombie.signal(signal.SIGCONT)  # its late outcome now races the second lease
     # The worker logs e.g. "ack of work/zombie-ack refused: its lease was lost".
     refusal = re.compile(rf"\b{'ack' if late == 'ack' else 'retry'} of \S*{task_id}\b.*refused")
-    await wait_until(lambda: refusal.search(zombie.output()), 5, "the zombie's refusal")
-    await wait_until(
+    await wait_for(lambda: refusal.search(zombie.output()), 5, "the zombie's refusal")
+    await wait_for(
         lambda: any(a == 3 and e == "done" for a, _, e in _events(log_dir, task_id)),
         5,
         "the retry of the failed second delivery",
@@ -84,7 +85,7 @@ async def test_02_zombie_late_ack_nack_extend_refused_by_token(
     [(task_id, raw)] = items
     old_token = raw.split(b",")[1].decode()
     other = await spawn_worker(server, ttr=TTR).started()
-    await wait_until(lambda: (2, other.pid, "start") in _events(log_dir, task_id), TTR + 5, "2nd")
+    await wait_for(lambda: (2, other.pid, "start") in _events(log_dir, task_id), TTR + 5, "2nd")
 
     lease_before = (await queue.get(WORK_TOPIC, task_id)).lease_deadline
     assert await queue.scripts.extend(keys, task_id, old_token, 60_000) == 0
@@ -95,7 +96,7 @@ async def test_02_zombie_late_ack_nack_extend_refused_by_token(
     assert info is not None and info.state == "reserved" and info.attempts == 2
     assert info.lease_deadline == lease_before, "the zombie's extend moved nothing"
 
-    await wait_until(
+    await wait_for(
         lambda: any(a == 3 and e == "done" for a, _, e in _events(log_dir, task_id)), 5, "retry"
     )
     report = check("02 zombie late ack/nack/extend (script level)", sent=producer.sent,

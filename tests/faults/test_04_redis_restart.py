@@ -25,7 +25,8 @@ import pytest
 
 from tests.faults.apps.plan import WORK_TOPIC, real_now
 from tests.faults.checker import assert_no_loss, check, publish_figures, read_log
-from tests.faults.harness import Producer, sized, task_ids, wait_until
+from tests.faults.harness import Producer, sized, task_ids
+from tests.helpers import wait_for
 
 SENDS = sized(3_000, 10_000)
 DOWN = 0.5  # seconds between the kill and the restart
@@ -51,10 +52,10 @@ async def test_04_redis_sigkill_during_sends(
     producer = Producer(make_queue(server.url))
     sending = asyncio.create_task(producer.send_many(task_ids("restart", SENDS), concurrency=20))
 
-    await wait_until(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
+    await wait_for(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
     killed, restarted = await _kill_and_restart(server)
     await sending
-    await wait_until(lambda: producer.returned <= _done(log_dir), 60, "every send delivered")
+    await wait_for(lambda: producer.returned <= _done(log_dir), 60, "every send delivered")
     with server.client() as admin:
         # The restarted server had an empty script cache: clients met NOSCRIPT and reloaded.
         reloads = admin.info("commandstats").get("cmdstat_script|load", {}).get("calls", 0)
@@ -93,10 +94,10 @@ async def test_04_redis_sigkill_with_delayed_and_reserved_tasks(
     await producer.send_many(delayed, lambda i: rng.uniform(0.6, 2.0))
     # These are leased and running (1.5 s) while Redis dies; their acks land after it is back.
     await producer.send_many(running, body=lambda _: {"plan": {"1": [["sleep", 1500]]}})
-    await wait_until(lambda: len(_running(log_dir)) == len(running), 10, "handlers to start")
+    await wait_for(lambda: len(_running(log_dir)) == len(running), 10, "handlers to start")
 
     killed, restarted = await _kill_and_restart(server)
-    await wait_until(lambda: producer.returned <= _done(log_dir), 30, "every task delivered")
+    await wait_for(lambda: producer.returned <= _done(log_dir), 30, "every task delivered")
     await asyncio.sleep(0.5)  # let late duplicates (if any) show up in the log
 
     deliveries = read_log(log_dir)

@@ -27,7 +27,8 @@ import pytest
 from delayq import RedisUnavailableError
 from tests.faults.apps.plan import WORK_TOPIC, real_now
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import FULL, Producer, task_ids, wait_until
+from tests.faults.harness import FULL, Producer, task_ids
+from tests.helpers import wait_for
 
 DOWN = 10.0 if FULL else 3.0
 FAIL_FAST = 1.0  # a send to a dead Redis must raise within this many seconds
@@ -65,9 +66,9 @@ async def test_05_redis_down(
     server.start()
     back = real_now()
     await producer.send("probe-after-return")
-    await wait_until(lambda: _done_at(log_dir, "probe-after-return"), 10, "the probe's delivery")
+    await wait_for(lambda: _done_at(log_dir, "probe-after-return"), 10, "the probe's delivery")
     resumed = _done_at(log_dir, "probe-after-return") - back  # type: ignore[operator]
-    await wait_until(
+    await wait_for(
         lambda: producer.returned <= {d.task_id for d in read_log(log_dir) if d.event == "done"},
         15,
         "every task delivered",
@@ -124,7 +125,7 @@ async def test_05_sigterm_while_redis_is_down(
     worker = await spawn_worker(server, concurrency=2, grace=0.5).started()
     producer = Producer(make_queue(server.url))
     await producer.send("ack-pending", body={"plan": {"1": [["sleep", 300]]}})
-    await wait_until(lambda: read_log(log_dir), 5, "the handler to start")
+    await wait_for(lambda: read_log(log_dir), 5, "the handler to start")
     server.kill()
-    await wait_until(lambda: "ack failed" in worker.output(), 5, "the ack to fail")
+    await wait_for(lambda: "ack failed" in worker.output(), 5, "the ack to fail")
     await worker.terminate(timeout=4.0)

@@ -29,15 +29,9 @@ import pytest
 from delayq import Queue, RedisUnavailableError, TaskInfo
 from tests.faults.apps.plan import WORK_TOPIC, real_now
 from tests.faults.checker import Delivery, assert_no_loss, check, read_log
-from tests.faults.harness import (
-    Producer,
-    consistency_problems,
-    expired_leases,
-    leases,
-    sized,
-    wait_until,
-)
+from tests.faults.harness import Producer, consistency_problems, expired_leases, leases, sized
 from tests.faults.proxy import FaultProxy
+from tests.helpers import wait_for
 
 CUTS = sized(1_000, 3_000)
 LEASE_MS = 300  # short, so that leases orphaned by a lost reserve reply expire quickly
@@ -191,7 +185,7 @@ async def test_06_cut_mid_script_never_half_applied(
         expected = ledger.producer.returned - ledger.gone
         delivered = lambda: {d.task_id for d in read_log(log_dir) if d.event == "done"}  # noqa: E731
         try:
-            await wait_until(lambda: expected <= delivered(), 15, "the rest to be delivered")
+            await wait_for(lambda: expected <= delivered(), 15, "the rest to be delivered")
         except AssertionError as exc:
             missing = sorted(expected - delivered())[:5]
             states = [await _state(direct, task_id) for task_id in missing]
@@ -200,7 +194,7 @@ async def test_06_cut_mid_script_never_half_applied(
         # orphaned lease; they are not in ``expected``, so wait for the worker to finish
         # them too: what must never happen is a lease that stays in ``reserved``.
         reserved_key = queue.keys(WORK_TOPIC).reserved
-        await wait_until(lambda: leases(admin, reserved_key) == 0, 10, "reserved to empty")
+        await wait_for(lambda: leases(admin, reserved_key) == 0, 10, "reserved to empty")
     cancelled = {t for t in ledger.gone if t not in {d.task_id for d in ledger.acked}}
     report = check("06 connection cut mid-script (each transition)",
                    sent=ledger.producer.sent, returned=ledger.producer.returned - cancelled,
@@ -251,10 +245,10 @@ async def test_06_connections_cut_under_load(
                                                               slack_ms=2_500))  # fmt: skip
         await sending
         proxy.disarm()
-        await wait_until(
+        await wait_for(
             lambda: producer.returned <= _done(log_dir), ttr + 15, "every task delivered"
         )
-        await wait_until(
+        await wait_for(
             lambda: leases(admin, f"delayq:{{{queue_name}:{WORK_TOPIC}}}:reserved") == 0,
             ttr + 5,
             "reserved to empty",

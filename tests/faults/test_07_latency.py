@@ -14,7 +14,8 @@ from pathlib import Path
 
 from tests.faults.apps.plan import real_now
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import Producer, sized, task_ids, wait_until
+from tests.faults.harness import Producer, sized, task_ids
+from tests.helpers import wait_for
 
 SPIKE_MS = 200
 TTR = 2.0
@@ -64,7 +65,7 @@ async def test_07_latency_spikes(
         proxy.slow(0)
         spikes.append((start, real_now()))
     await sending
-    await wait_until(lambda: producer.returned <= _done(log_dir), 15, "every task delivered")
+    await wait_for(lambda: producer.returned <= _done(log_dir), 15, "every task delivered")
 
     deliveries = read_log(log_dir)
     in_spike, outside = [], []

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import ROOT, sized, wait_until
+from tests.faults.harness import ROOT, sized
+from tests.helpers import wait_for
 
 TASKS = sized(200, 1_000)
 SLACK = 0.0015  # Redis TIME is read in whole ms (rounded down), delays are rounded up
@@ -43,7 +44,7 @@ async def test_08_skewed_worker_and_producer_clocks(
     records = [json.loads(line) for line in sent_log.read_text().splitlines()]
     ids = {r["id"] for r in records}
 
-    await wait_until(
+    await wait_for(
         lambda: ids <= {d.task_id for d in read_log(log_dir) if d.event == "done"},
         20,
         "every task delivered",

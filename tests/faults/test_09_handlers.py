@@ -22,7 +22,8 @@ from pathlib import Path
 
 from tests.faults.apps.plan import real_now
 from tests.faults.checker import Delivery, assert_no_loss, check, read_log
-from tests.faults.harness import Producer, wait_until
+from tests.faults.harness import Producer
+from tests.helpers import wait_for
 
 TTR = 1.0
 
@@ -46,7 +47,7 @@ async def _run(
         await producer.send(task_id, body={"plan": {"1": first}})
     for i in range(normal):
         await producer.send(f"{name}-normal-{i}")
-    await wait_until(lambda: producer.returned <= _done(log_dir), timeout, f"{name}: all done")
+    await wait_for(lambda: producer.returned <= _done(log_dir), timeout, f"{name}: all done")
     return producer, read_log(log_dir)
 
 
@@ -98,10 +99,10 @@ async def test_09_handler_blocks_the_event_loop_past_ttr(
     queue = make_queue(server.url)
     producer = Producer(queue)
     await producer.send("blocker", body={"plan": {"1": [["block", 2500]]}})
-    await wait_until(lambda: read_log(log_dir), 5, "the blocker to start")
+    await wait_for(lambda: read_log(log_dir), 5, "the blocker to start")
     other = await spawn_worker(server, concurrency=4, ttr=TTR).started()
     await _run("block", {}, server, queue, log_dir, normal=20)
-    await wait_until(lambda: "refused" in blocked.output(), 5, "the late ack's refusal")
+    await wait_for(lambda: "refused" in blocked.output(), 5, "the late ack's refusal")
 
     report = check("09 handler blocks the event loop 2.5 s (TTR 1 s)", sent=producer.sent,
                    returned=producer.returned, deliveries=read_log(log_dir))  # fmt: skip
@@ -138,7 +139,7 @@ async def test_09_sigterm_stops_a_worker_whose_handler_swallows_cancellation(
     worker = await spawn_worker(server, concurrency=2, ttr=30.0, grace=grace).started()
     producer = Producer(make_queue(server.url))
     await producer.send("stubborn", body={"plan": {"1": [["hang_shielded"]]}})
-    await wait_until(lambda: read_log(log_dir), 5, "the handler to start")
+    await wait_for(lambda: read_log(log_dir), 5, "the handler to start")
     # Grace, then each cancellation round gets about a second; the process must then exit
     # (with any status: leaving a handler behind is not a clean stop).
     await worker.terminate(timeout=grace + 5.0)
@@ -151,10 +152,10 @@ async def test_09_handler_kills_its_process(
     doomed = await spawn_worker(server, concurrency=4, ttr=TTR).started()
     producer = Producer(make_queue(server.url))
     await producer.send("killer", body={"plan": {"1": [["exit", 13]]}})
-    await wait_until(lambda: not doomed.alive, 5, "the worker to die")
+    await wait_for(lambda: not doomed.alive, 5, "the worker to die")
     died = real_now()
     replacement = await spawn_worker(server, concurrency=4, ttr=TTR).started()
-    await wait_until(lambda: "killer" in _done(log_dir), TTR + 5, "redelivery")
+    await wait_for(lambda: "killer" in _done(log_dir), TTR + 5, "redelivery")
     report = check("09 handler calls os._exit", sent=producer.sent, returned=producer.returned,
                    deliveries=read_log(log_dir))  # fmt: skip
     report.extra["recovery_s"] = max(d.at for d in read_log(log_dir)) - died

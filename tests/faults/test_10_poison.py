@@ -24,7 +24,8 @@ from delayq.redis.keys import BODY_FIELD_SUFFIX
 from delayq.redis.scripts import lua_source, waiting_keys
 from tests.faults.apps.plan import OTHER_TOPIC, TYPED_TOPIC, WORK_TOPIC, install
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import Producer, consistency_problems, wait_until
+from tests.faults.harness import Producer, consistency_problems
+from tests.helpers import redis_time_passes, wait_for
 
 
 def _envelope(body: bytes, attempts: int = 0, ms: int = 0) -> bytes:
@@ -85,14 +86,14 @@ async def test_10_poisoned_tasks(
     for i in range(10):
         await producer.send(f"good-after-{i}")
 
-    await wait_until(lambda: producer.returned <= _done(log_dir), 10, "good tasks delivered")
+    await wait_for(lambda: producer.returned <= _done(log_dir), 10, "good tasks delivered")
 
     async def buried() -> bool:
         dead = {(t, info.id) for t in (WORK_TOPIC, TYPED_TOPIC)
                 for info in await queue.dead_letters(t)}  # fmt: skip
         return set(poison) <= dead
 
-    await wait_until(buried, 10, "poison dead-lettered")
+    await wait_for(buried, 10, "poison dead-lettered")
     for (topic, task_id), (_, reason) in poison.items():
         info = await queue.get(topic, task_id)
         assert info is not None and info.state == "dead", (task_id, info)
@@ -130,8 +131,8 @@ async def test_10_dropped_and_buried_entries_are_logged_with_their_ids(
 
     caplog.set_level(logging.WARNING, logger="delayq")
     await start_worker(queue, concurrency=20)  # one reserve call sees every entry
-    await wait_until(lambda: "good" in _done(log_dir), 5, "the good task delivered")
-    await wait_until(lambda: "CorruptTask" in caplog.text, 5, "the corrupt tasks logged")
+    await wait_for(lambda: "good" in _done(log_dir), 5, "the good task delivered")
+    await wait_for(lambda: "CorruptTask" in caplog.text, 5, "the corrupt tasks logged")
     admin.close()
 
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -185,7 +186,7 @@ async def test_10_key_of_the_wrong_type(
     await queue.scripts.reserve(keys, limit=2, reclaim=10, ttr_ms=1, max_attempts=50)
     admin = server.client()
     _plant(admin, queue, WORK_TOPIC, "corrupt", b"1,2,3")  # must be buried
-    await asyncio.sleep(0.01)
+    await redis_time_passes(queue.redis, 1)  # the two leases have run out
     victim_key = _victim_key(admin, queue, key, victims)
 
     admin.delete(victim_key)
@@ -198,7 +199,7 @@ async def test_10_key_of_the_wrong_type(
     others = [f"other-{i}" for i in range(5)]
     for task_id in others:
         await queue.send(OTHER_TOPIC, {}, task_id=task_id)
-    await wait_until(lambda: set(others) <= _done(log_dir), 5, "another topic to keep flowing")
+    await wait_for(lambda: set(others) <= _done(log_dir), 5, "another topic to keep flowing")
     await asyncio.sleep(0.5)  # the broken topic's fetch loop fails and retries meanwhile
     assert "WRONGTYPE" in caplog.text or key == "topics"
 
@@ -213,7 +214,7 @@ async def test_10_key_of_the_wrong_type(
     await producer.send("after-repair")
     expected = {*victims, "after-repair"}
     try:
-        await wait_until(lambda: expected <= _done(log_dir), 3, "the topic to recover")
+        await wait_for(lambda: expected <= _done(log_dir), 3, "the topic to recover")
     except AssertionError as exc:
         problems = consistency_problems(admin, queue.name, [WORK_TOPIC])
         missing = sorted(expected - _done(log_dir))

@@ -18,7 +18,8 @@ import pytest
 from delayq import RedisOutOfMemoryError
 from tests.faults.apps.plan import WORK_TOPIC, install
 from tests.faults.checker import read_log
-from tests.faults.harness import consistency_problems, wait_until
+from tests.faults.harness import consistency_problems
+from tests.helpers import wait_for
 
 SMALL = ["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]
 
@@ -94,7 +95,7 @@ async def test_11_workers_drain_a_full_redis(
     install(queue, log_dir)
     await start_worker(queue, concurrency=20)  # already running when Redis fills up
     sent = await _fill_with_tasks(queue, delay=1.0)  # the tasks themselves fill Redis
-    await wait_until(
+    await wait_for(
         lambda: len({d.task_id for d in read_log(log_dir) if d.event == "done"}) == sent,
         4,
         "the worker to drain the full queue",

@@ -26,7 +26,8 @@ from typing import Any
 
 from tests.faults.apps.plan import WORK_TOPIC, real_now
 from tests.faults.checker import publish_figures
-from tests.faults.harness import sized, wait_until
+from tests.faults.harness import sized
+from tests.helpers import wait_for
 
 LIMITED_APP = "tests.faults.apps.limited:queue"
 WORKERS = 5
@@ -54,7 +55,7 @@ async def start_all(spawn_worker: Any, server: Any, queue_name: str, **options: 
             assert not dead, dead
             return int(admin.pubsub_numsub(channel)[0][1]) == WORKERS
 
-        await wait_until(listening, 30, "every worker to listen")
+        await wait_for(listening, 30, "every worker to listen")
     return workers
 
 
@@ -124,7 +125,7 @@ async def test_13_rate_limit_holds_across_worker_processes(
     def ended() -> int:
         return sum(1 for e in read_events(log_dir) if e["event"] == "end")
 
-    await wait_until(lambda: ended() >= n, RATE_SECONDS * 2 + 30, "the backlog to drain")
+    await wait_for(lambda: ended() >= n, RATE_SECONDS * 2 + 30, "the backlog to drain")
     events = [e for e in read_events(log_dir) if e["event"] == "end"]
     leases = per_second([e["leased"] for e in events])
     starts = per_second([e["start"] for e in events])
@@ -168,18 +169,18 @@ async def test_13_max_running_holds_across_worker_processes_and_a_kill(
     def done() -> set[str]:
         return {e["id"] for e in read_events(log_dir) if e["event"] == "end"}
 
-    await wait_until(lambda: len(done()) >= CAP_TASKS // 3, 60, "a third of the tasks")
+    await wait_for(lambda: len(done()) >= CAP_TASKS // 3, 60, "a third of the tasks")
     victims: list[Any] = []
 
     def caught() -> bool:  # the first worker caught running a handler
         victims.extend(w for w in workers if running_in(w.pid))
         return bool(victims)
 
-    await wait_until(caught, 30, "a worker running a handler", step=0.001)
+    await wait_for(caught, 30, "a worker running a handler", step=0.001)
     victim = victims[0]
     victim.kill()
     killed_at = real_now()
-    await wait_until(lambda: len(done()) >= CAP_TASKS, CAP_TASKS * 0.1 + 60, "every task")
+    await wait_for(lambda: len(done()) >= CAP_TASKS, CAP_TASKS * 0.1 + 60, "every task")
 
     events = read_events(log_dir)
     ends = {(e["id"], e["attempt"], e["pid"]): e["at"] for e in events if e["event"] == "end"}
@@ -249,7 +250,7 @@ async def test_13_priority_order_across_worker_processes(
     def ended() -> int:
         return sum(1 for e in read_events(log_dir) if e["event"] == "end")
 
-    await wait_until(lambda: ended() >= PRIO_TASKS, PRIO_TASKS / 50 + 60, "every task")
+    await wait_for(lambda: ended() >= PRIO_TASKS, PRIO_TASKS / 50 + 60, "every task")
     starts = [e for e in read_events(log_dir) if e["event"] == "start"]
     by_lease = sorted(starts, key=lambda e: e["token"])
     by_start = sorted(starts, key=lambda e: e["at"])

@@ -35,7 +35,8 @@ import pytest
 from delayq import Durability
 from tests.faults.apps.plan import WORK_TOPIC, real_now
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import FULL, Producer, sized, task_ids, wait_until
+from tests.faults.harness import FULL, Producer, sized, task_ids
+from tests.helpers import wait_for
 from tests.redis_cluster import RedisCluster, SentinelGroup
 
 SENDS = sized(600, 5_000)
@@ -74,7 +75,7 @@ async def _load(
 
 async def _finish(producer: Producer, sending: asyncio.Task[None], log_dir: Path) -> None:
     await sending
-    await wait_until(lambda: producer.returned <= _done(log_dir), 90, "every send delivered")
+    await wait_for(lambda: producer.returned <= _done(log_dir), 90, "every send delivered")
     await asyncio.sleep(0.5)  # let late duplicates (if any) show up in the log
 
 
@@ -89,7 +90,7 @@ async def test_22_live_resharding_under_load(
     workers = await _cluster_workers(cluster, spawn_worker, keys.wake, 3)
     producer = Producer(queue)
     sending = await _load(producer, "reshard", 22)
-    await wait_until(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
+    await wait_for(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
     moved_at = real_now()
     if FULL:  # redis-cli moves every slot of the topic's master, the topic's among them
         await asyncio.to_thread(cluster.reshard, source, target, 16384 // 3 + 1)
@@ -120,10 +121,10 @@ async def test_22_graceful_failover_under_load(
     workers = await _cluster_workers(cluster, spawn_worker, keys.wake, 2)
     producer = Producer(queue)
     sending = await _load(producer, "failover", 23)
-    await wait_until(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
+    await wait_for(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
     with replica.client() as admin:
         admin.execute_command("CLUSTER", "FAILOVER")
-    await wait_until(lambda: cluster.node_of(keys.wheel) is replica, 30, "the replica to take over")
+    await wait_for(lambda: cluster.node_of(keys.wheel) is replica, 30, "the replica to take over")
     await _finish(producer, sending, log_dir)
 
     report = check("22 cluster: CLUSTER FAILOVER under load", sent=producer.sent,
@@ -150,14 +151,14 @@ async def test_22_master_sigkilled(
     # The promoted replica has no replica of its own: durable sends after the kill fail
     # (NotDurableError), so they are sent once; every one that returned must survive.
     sending = await _load(producer, "sigkill", 24, retry=not durable)
-    await wait_until(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
+    await wait_for(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
     killed = real_now()
     master.kill()
-    await wait_until(lambda: _promoted(cluster, replica), 30, "the replica to be promoted")
+    await wait_for(lambda: _promoted(cluster, replica), 30, "the replica to be promoted")
     promoted = real_now()
     await sending
     if durable:
-        await wait_until(lambda: producer.returned <= _done(log_dir), 90, "every send delivered")
+        await wait_for(lambda: producer.returned <= _done(log_dir), 90, "every send delivered")
     else:
         await asyncio.sleep(8)  # what survived the promotion runs within this
     await asyncio.sleep(0.5)
@@ -204,10 +205,10 @@ async def test_22_sentinel_failover(spawn_worker, make_queue, log_dir, record_pr
         try:
             producer = Producer(queue)
             sending = await _load(producer, "sentinel", 25, retry=False)  # as in test 3
-            await wait_until(lambda: len(producer.returned) >= SENDS // 3, 60, "a third sent")
+            await wait_for(lambda: len(producer.returned) >= SENDS // 3, 60, "a third sent")
             killed = real_now()
             group.primary.kill()
-            await wait_until(lambda: _sentinel_moved(group), 30, "the sentinels to fail over")
+            await wait_for(lambda: _sentinel_moved(group), 30, "the sentinels to fail over")
             switched = real_now()
             await sending
             # Carry on: plain sends through the same Sentinels reach the promoted primary.
@@ -260,7 +261,7 @@ async def test_22_live_resharding_of_a_sharded_topic(
     assert await queue.shards.count(WORK_TOPIC) == SHARDS  # recorded by the workers
     producer = Producer(queue)
     sending = await _load(producer, "sharded", 25)
-    await wait_until(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
+    await wait_for(lambda: len(producer.returned) >= SENDS // 3, 60, "a third of the sends")
     moved_at = real_now()
     masters = cluster.masters()
     moves: dict[int, Any] = {}  # shard -> the master it moves to

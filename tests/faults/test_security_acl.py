@@ -26,7 +26,8 @@ from delayq import Queue, RedisAuthError
 from delayq.redis.keys import BUCKETS_MIN
 from tests.faults.apps.plan import OTHER_TOPIC, WORK_TOPIC
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import ROOT, Producer, wait_until
+from tests.faults.harness import ROOT, Producer
+from tests.helpers import wait_for
 from tests.test_buckets import ids_in_bucket
 
 ACL_COMMANDS = [
@@ -113,10 +114,10 @@ async def test_acl_user_runs_everything_and_needs_every_command(
         expected = producer.returned | {"to-move", *(f"many-{i}" for i in range(5))}
         done = lambda: {d.task_id for d in read_log(log_dir) if d.event == "done"}  # noqa: E731
         try:
-            await wait_until(lambda: expected <= done(), 10, "every task delivered")
+            await wait_for(lambda: expected <= done(), 10, "every task delivered")
         except AssertionError as exc:
             raise AssertionError(f"denied: {_denied(admin)}\n{worker.output()[-2000:]}") from exc
-        await wait_until(lambda: queue.dead_letters(WORK_TOPIC), 5, "the dead letter")
+        await wait_for(lambda: queue.dead_letters(WORK_TOPIC), 5, "the dead letter")
         assert (await queue.stats())[WORK_TOPIC].dead == 1
         assert await queue.replay(WORK_TOPIC, "to-bury")
     finally:

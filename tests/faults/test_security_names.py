@@ -25,7 +25,7 @@ from redis.crc import key_slot
 import delayq
 from delayq import InvalidNameError, Queue
 from delayq.redis.keys import TopicKeys, check_queue_name, check_task_id, check_topic, topics_key
-from tests.redis_server import RedisServer
+from delayq.testing import PrivateRedis
 
 # Every character class that matters: braces, ':', glob characters, whitespace, control
 # characters, non-ASCII, and plain letters.
@@ -84,7 +84,7 @@ def test_names_that_could_escape_are_rejected(bad: str) -> None:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(task_id=st.one_of(st.text(NAME_CHARS, max_size=20), st.text(max_size=40),
                          st.binary(max_size=20).map(lambda b: b.decode("latin-1"))))  # fmt: skip
-def test_task_ids_stay_inside_their_topic(redis_server: RedisServer, task_id: str) -> None:
+def test_task_ids_stay_inside_their_topic(redis_server: PrivateRedis, task_id: str) -> None:
     try:
         check_task_id(task_id)
     except InvalidNameError:
@@ -92,7 +92,7 @@ def test_task_ids_stay_inside_their_topic(redis_server: RedisServer, task_id: st
     asyncio.run(_round_trip(redis_server, task_id))
 
 
-async def _round_trip(server: RedisServer, task_id: str) -> None:
+async def _round_trip(server: PrivateRedis, task_id: str) -> None:
     # A database of its own, so that any key the send created must be one of the topic's.
     queue = Queue.from_url(f"redis://127.0.0.1:{server.port}/7", name="fuzzids")
     try:

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from delayq import RedisUnavailableError
+from delayq.testing import PrivateRedis, PrivateRedisError, free_port
 from tests.faults.checker import assert_no_loss, check, read_log
-from tests.faults.harness import Producer, wait_until
-from tests.redis_server import RedisServer, RedisServerError, free_port
+from tests.faults.harness import Producer
+from tests.helpers import wait_for
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def tls_server(make_redis_server, certificate) -> tuple[RedisServer, int, Path]:
+def tls_server(make_redis_server, certificate) -> tuple[PrivateRedis, int, Path]:
     """(server, TLS port, CA file): the plain port stays open for the test's admin client."""
     cert, key = certificate
     port = free_port()
@@ -47,7 +48,7 @@ def tls_server(make_redis_server, certificate) -> tuple[RedisServer, int, Path]:
             "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"]  # fmt: skip
     try:
         server = make_redis_server(extra_args=args)
-    except RedisServerError as exc:
+    except PrivateRedisError as exc:
         if "TLS" in str(exc) or "tls" in str(exc):
             pytest.skip(f"this redis-server has no TLS support: {str(exc)[-300:]}")
         raise
@@ -66,7 +67,7 @@ async def test_tls_end_to_end(tls_server, spawn_worker, make_queue, log_dir, rec
     await queue.send_delayed("work", {}, 60, task_id="tls-cancel")
     assert (await queue.get("work", "tls-cancel")).state == "delayed"  # type: ignore[union-attr]
     assert await queue.cancel("work", "tls-cancel")
-    await wait_until(
+    await wait_for(
         lambda: producer.returned <= {d.task_id for d in read_log(log_dir) if d.event == "done"},
         10,
         "every task delivered over TLS",

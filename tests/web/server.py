@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from tests.redis_server import free_port
+from delayq.testing import free_port
 from tests.web.conftest import TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from delayq import Queue
 from delayq.web import create_app
 from delayq.web.app import DelayqApp
-from tests.helpers import expire_lease, stored
+from tests.helpers import expire_lease, stored, wait_for
 from tests.web.conftest import auth, tokens
 
 P, R, C, A = auth("produce"), auth("read"), auth("consume"), auth("admin")
@@ -263,7 +263,7 @@ async def test_reserve_is_a_long_poll(client: httpx.AsyncClient, queue: Queue) -
     waiting = asyncio.create_task(
         client.post("/api/topics/t/reserve", json={"wait": 20}, headers=C)
     )
-    await asyncio.sleep(0.3)
+    await wait_for(queue.redis.pubsub_numpat, 10, "the long poll to subscribe")
     assert not waiting.done()
     task_id = await queue.send("t", {"late": True})
     reply = await asyncio.wait_for(waiting, 15)

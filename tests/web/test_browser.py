@@ -20,9 +20,9 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from delayq import Queue
+from delayq.testing import PrivateRedis
 from tests.fixtures_delayq import StartWorker
 from tests.helpers import expire_lease
-from tests.redis_server import RedisServer
 from tests.web.conftest import TOKENS
 from tests.web.server import WebServer
 
@@ -32,11 +32,14 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 SCREENSHOTS = os.environ.get("DELAYQ_WEB_SCREENSHOTS")
 WAIT_MS = 20_000  # generous: the box is shared; every wait ends as soon as its condition holds
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason="browser tests need Debian's chromium at /usr/bin/chromium "
-    "(apt-get install chromium; scripts/_env.sh does it as root)",
-)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="browser tests need Debian's chromium at /usr/bin/chromium "
+        "(apt-get install chromium; scripts/_env.sh does it as root)",
+    ),
+]
 
 
 @pytest.fixture
@@ -50,7 +53,7 @@ async def browser() -> AsyncIterator[Browser]:
 
 
 @pytest.fixture
-def web(queue: Queue, redis_server: RedisServer, tmp_path: Path) -> Iterator[WebServer]:
+def web(queue: Queue, redis_server: PrivateRedis, tmp_path: Path) -> Iterator[WebServer]:
     with WebServer(redis_server.url, queue.name, tmp_path) as server:
         yield server
 

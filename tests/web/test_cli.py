@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.redis_server import RedisServer
+from delayq.testing import PrivateRedis
 from tests.web.conftest import TOKENS
 from tests.web.server import ROOT, WebServer
 
@@ -35,7 +35,7 @@ def call(
 
 
 def test_the_app_form_shares_the_topics_options(
-    redis_server: RedisServer, queue_name: str, tmp_path: Path
+    redis_server: PrivateRedis, queue_name: str, tmp_path: Path
 ) -> None:
     with WebServer(redis_server.url, queue_name, tmp_path, app="tests.apps.counting:queue") as web:
         status, sent = call(
@@ -54,7 +54,7 @@ def test_the_app_form_shares_the_topics_options(
     assert "Traceback" not in web.log.read_text()
 
 
-def test_a_missing_token_file_is_a_clear_error(tmp_path: Path, redis_server: RedisServer) -> None:
+def test_a_missing_token_file_is_a_clear_error(tmp_path: Path, redis_server: PrivateRedis) -> None:
     done = subprocess.run(  # noqa: PLW1510  (the return code is the point)
         [sys.executable, "-m", "delayq", "web", "--url", redis_server.url,
          "--token-file", str(tmp_path / "nope")],
@@ -65,7 +65,7 @@ def test_a_missing_token_file_is_a_clear_error(tmp_path: Path, redis_server: Red
 
 
 def test_sigterm_ends_long_polls_and_stops_cleanly(
-    make_redis_server: Callable[..., RedisServer], queue_name: str, tmp_path: Path
+    make_redis_server: Callable[..., PrivateRedis], queue_name: str, tmp_path: Path
 ) -> None:
     server = make_redis_server()
     redis = server.client()

@@ -15,15 +15,17 @@ from redis.asyncio import Redis
 from schemathesis import checks
 
 from delayq import Queue
+from delayq.testing import PrivateRedis
 from delayq.web import create_app
-from tests.redis_server import RedisServer
 from tests.web.conftest import auth, tokens
 from tests.web.server import WebServer
+
+pytestmark = pytest.mark.slow  # fuzzing: the slow tier
 
 
 @pytest.fixture(scope="module")
 def web_server(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+    redis_server: PrivateRedis, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WebServer]:
     with WebServer(redis_server.url, "fuzz", tmp_path_factory.mktemp("web")) as server:
         yield server

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from delayq import Queue
-from tests.redis_server import RedisServer
+from delayq.testing import PrivateRedis
 from tests.web.conftest import TOKENS
 from tests.web.server import ROOT, WebServer
 
@@ -21,7 +21,7 @@ NODE = shutil.which("node")
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed (the Node.js example needs it)")
 async def test_the_node_consumer_acks_and_nacks(
-    queue: Queue, redis_server: RedisServer, tmp_path: Path
+    queue: Queue, redis_server: PrivateRedis, tmp_path: Path
 ) -> None:
     ok = [await queue.send("emails", {"to": f"user{n}@example.com"}) for n in range(3)]
     bad = await queue.send("emails", {"fail": True}, max_attempts=1)

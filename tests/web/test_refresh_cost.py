@@ -16,10 +16,12 @@ import redis.asyncio
 
 import delayq.web.api
 from delayq import Queue
+from delayq.testing import PrivateRedis
 from delayq.upcoming import EXACT_SLOTS
 from delayq.web import create_app
-from tests.redis_server import RedisServer
 from tests.web.conftest import auth, tokens
+
+pytestmark = pytest.mark.slow  # 100,000 tasks written and read: the slow tier
 
 R = auth("read")
 OVERVIEW = ["stats?offset=0&limit=50&prefix="]
@@ -41,7 +43,7 @@ async def commands(client: redis.asyncio.Redis) -> dict[str, int]:
     return {name: int(v["calls"]) for name, v in stats.items() if name not in skip}
 
 
-async def refresh_costs(server: RedisServer, size: int) -> dict[str, dict[str, int]]:
+async def refresh_costs(server: PrivateRedis, size: int) -> dict[str, dict[str, int]]:
     """Redis commands one refresh of the overview, of the topic page without its
     timeline, and of the timeline cost, on a queue whose topic ``big`` holds ``size`` tasks
     among ten small topics.  The tasks fall due over the next hour (~13 slots a minute for
@@ -78,12 +80,12 @@ async def refresh_costs(server: RedisServer, size: int) -> dict[str, dict[str, i
 
 
 @pytest.fixture
-def server(make_redis_server: Callable[..., RedisServer]) -> RedisServer:
+def server(make_redis_server: Callable[..., PrivateRedis]) -> PrivateRedis:
     return make_redis_server()
 
 
 async def test_a_refresh_costs_the_same_for_100k_tasks_as_for_25(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    server: PrivateRedis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(delayq.web.api, "NAMES_TTL", -1.0)  # read the names on every refresh
     small = await refresh_costs(server, 25)
