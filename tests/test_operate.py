@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from delayq import Queue, manage
+from delayq.worker.rollup import record_history_settings
 
 
 async def _bury(queue: Queue, topic: str, count: int) -> list[str]:
@@ -109,3 +110,26 @@ async def test_an_idle_sweep_forgets_only_what_stayed_idle_that_long(
     finally:
         await producer.close()
     assert "quiet" in await queue.topic_names()
+
+
+async def test_a_consumer_that_never_registered_the_topic_records_its_history(
+    queue: Queue, redis_url: str
+) -> None:
+    # What a worker of the topic records when it starts (its topic has history=10).
+    await record_history_settings(queue.redis, {queue.keys("h"): 10})
+    consumer = Queue.from_url(redis_url, name=queue.name)  # as `delayq web` with no app
+    try:
+        await consumer.send("h", {"n": 1}, task_id="ok")
+        await consumer.send("h", {"n": 2}, task_id="bad")
+        leases = {t.id: t for t in await consumer.consumer.lease("h", limit=2)}
+        await consumer.consumer.ack(leases["ok"].lease_token)
+        await consumer.consumer.nack(leases["bad"].lease_token, dead=True, error="boom")
+        assert await consumer.cancel("h", "bad")
+        await consumer.send("plain", {}, task_id="x")  # a topic without history
+        (task,) = await consumer.consumer.lease("plain")
+        await consumer.consumer.ack(task.lease_token)
+    finally:
+        await consumer.close()
+    records = [(r.id, r.outcome) for r in await queue.history("h")]
+    assert records == [("bad", "cancelled"), ("bad", "dead"), ("ok", "acked")]
+    assert await queue.history("plain") == []
