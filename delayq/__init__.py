@@ -29,6 +29,7 @@ from delayq.errors import (
     RedisUnavailableError,
     Retry,
     ShardCountError,
+    UnknownTopicError,
     UnsupportedRedisError,
     UnsupportedShardingError,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "TimelineWindow",
     "Topic",
     "TopicStats",
+    "UnknownTopicError",
     "UnsupportedRedisError",
     "UnsupportedShardingError",
     "UpcomingPage",

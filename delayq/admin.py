@@ -10,15 +10,25 @@ from delayq.manage import RunningPage, dead_bulk, forget, leased
 from delayq.redis.keys import check_topic
 
 if TYPE_CHECKING:
-    from delayq.parts import QueueParts
+    from collections.abc import Callable
+
+    from redis.asyncio import Redis
+
+    from delayq.redis.scripts import Scripts
+    from delayq.shards import ShardMap
+    from delayq.topic import TopicOptions
 
 
 class Admin:
     """A topic as a whole: ``queue.admin``.  Each call is one script call per batch (or per
     shard) on the topic's own keys, so it never holds Redis for long."""
 
-    def __init__(self, parts: QueueParts) -> None:
-        self._parts = parts
+    def __init__(
+        self, redis: Redis, scripts: Scripts, shards: ShardMap, name: str,
+        topic_options: Callable[[str], TopicOptions],
+    ) -> None:  # fmt: skip
+        self._redis, self._scripts, self._shards, self._name = redis, scripts, shards, name
+        self._topic_options = topic_options
 
     async def running(self, topic: str, limit: int = 50, offset: int = 0) -> RunningPage:
         """A page of ``topic``'s leased tasks (by workers or HTTP consumers), soonest lease
@@ -28,8 +38,7 @@ class Admin:
         Raises:
             InvalidInputError: ``limit`` not in 1..500 or ``offset`` < 0.
         """
-        p = self._parts
-        return await leased(p.scripts, p.shards, check_topic(topic), limit, offset)
+        return await leased(self._scripts, self._shards, check_topic(topic), limit, offset)
 
     async def replay_dead(self, topic: str) -> int:
         """Move every dead letter of ``topic`` back to ready (due now), attempts reset, 500
@@ -38,8 +47,7 @@ class Admin:
         Returns:
             How many were replayed.
         """
-        p = self._parts
-        return await dead_bulk(p.scripts, p.shards, check_topic(topic), "replay")
+        return await dead_bulk(self._scripts, self._shards, check_topic(topic), "replay")
 
     async def delete_dead(self, topic: str) -> int:
         """Delete every dead letter of ``topic``, 500 per script call; a topic that keeps
@@ -48,9 +56,9 @@ class Admin:
         Returns:
             How many were deleted.
         """
-        p, topic = self._parts, check_topic(topic)
-        history = p.topic_options(topic).history
-        return await dead_bulk(p.scripts, p.shards, topic, "delete", history)
+        topic = check_topic(topic)
+        history = self._topic_options(topic).history
+        return await dead_bulk(self._scripts, self._shards, topic, "delete", history)
 
     async def forget(self, topic: str, *, idle: Duration | None = None) -> bool:
         """Clean the stored state of ``topic`` (controls, history, activity, archive cursors,
@@ -64,6 +72,6 @@ class Admin:
         Returns:
             True if forgotten; False if it holds tasks (or is not yet idle that long).
         """
-        p = self._parts
         idle_ms = None if idle is None else to_millis(idle, name="idle")
-        return await forget(p.redis, p.scripts, p.shards, p.name, check_topic(topic), idle_ms)
+        topic = check_topic(topic)
+        return await forget(self._redis, self._scripts, self._shards, self._name, topic, idle_ms)

@@ -5,6 +5,7 @@ The tree::
     DelayqError
     ├── InvalidInputError (also ValueError)   bad input, rejected before anything is written
     │   ├── InvalidNameError                 queue name, topic or task id
+    │   ├── UnknownTopicError                a send to a topic not registered here (strict_topics=True)
     │   ├── InvalidDurationError             delay, ttr, grace, `at`, a backoff figure or a durability timeout
     │   ├── InvalidScheduleError             a periodic topic's cron, interval, time zone or catch_up
     │   ├── BodyTooLargeError                encoded body over the size limit
@@ -42,6 +43,26 @@ class InvalidInputError(DelayqError, ValueError):
 
 class InvalidNameError(InvalidInputError):
     """Raised for an empty, oversized or malformed queue name, topic or task id."""
+
+
+class UnknownTopicError(InvalidInputError):
+    """Raised by a send (``send``, ``send_delayed``, ``send_at``, ``send_many``, and the HTTP
+    API's send, which answers 404 ``unknown_topic``) on a queue opened with
+    ``strict_topics=True``, when no handler for the topic is registered in this process.
+    Nothing was written.
+
+    Attributes:
+        topic: the topic sent to.
+        nearest: the registered topic names closest to it, closest first (maybe none).
+    """
+
+    def __init__(self, topic: str, nearest: list[str], queue: str) -> None:
+        hint = f"; did you mean {' or '.join(map(repr, nearest))}?" if nearest else ""
+        super().__init__(
+            f"topic {topic!r} is not registered in queue {queue!r} (strict_topics){hint}"
+        )
+        self.topic = topic
+        self.nearest = nearest
 
 
 class InvalidDurationError(InvalidInputError):

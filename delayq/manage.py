@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -18,27 +18,63 @@ from delayq.bounds import bounded_int
 from delayq.redis.keys import check_task_id, check_topic, topics_key
 from delayq.redis.translate import redis_errors
 from delayq.task import TaskInfo, TopicStats, from_millis, stored_task_info
+from delayq.topic import TopicOptions
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from redis.asyncio import Redis
+    from redis.asyncio import Redis, RedisCluster
 
+    from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
     from delayq.shards import ShardMap
+    from delayq.topic import Topic
 
 
-async def get_task(scripts: Scripts, shards: ShardMap, topic: str, task_id: str) -> TaskInfo | None:
+async def get_task(
+    scripts: Scripts, shards: ShardMap, topic: str, task_id: str, settings: TopicSettings
+) -> TaskInfo | None:
     """The task ``task_id`` of ``topic`` as stored, or None (see :meth:`delayq.Queue.get`)."""
     task_id = check_task_id(task_id)
-    found = await scripts.get(await shards.route(topic, task_id), task_id)
+    keys = await shards.route(topic, task_id)
+    found = await scripts.get(keys, task_id)
     if found is None:
         return None
     state, score = found.state, found.score_ms
     lease = from_millis(score) if state == "reserved" else None
     dead_at = from_millis(score) if state == "dead" else None
+    defaults = await topic_defaults(settings, topic, keys)
     return stored_task_info(
-        topic, task_id, state, found.raw, found.error, score, lease, dead_at, found.paused
+        topic, task_id, state, found.raw, found.error, score, lease, dead_at, found.paused,
+        defaults,
+    )  # fmt: skip
+
+
+class TopicSettings(Protocol):
+    """Where a lookup finds a topic's settings: what :class:`~delayq.Queue` has."""
+
+    @property
+    def redis(self) -> Redis | RedisCluster:
+        """Reads what the workers recorded."""
+
+    @property
+    def topics(self) -> Mapping[str, Topic[Any]]:
+        """The topics registered in this process, by name."""
+
+
+async def topic_defaults(settings: TopicSettings, topic: str, keys: TopicKeys) -> tuple[int, int]:
+    """``(ttr_ms, max_attempts)`` for ``topic``'s tasks without their own: as registered in
+    this process, else as its workers recorded them in Redis (``keys``: the shard asked
+    about; see ``record_settings``), else the defaults."""
+    registered = settings.topics.get(topic)
+    if registered is not None:
+        return registered.options.ttr_ms, registered.options.max_attempts
+    async with redis_errors():
+        ttr_ms, attempts = await settings.redis.hmget(keys.meta, ["ttr_ms", "max_attempts"])
+    default = TopicOptions()
+    return (
+        int(ttr_ms) if ttr_ms else default.ttr_ms,
+        int(attempts) if attempts else default.max_attempts,
     )
 
 
@@ -78,8 +114,9 @@ async def topic_stats(
 
 
 async def dead_letters(
-    scripts: Scripts, shards: ShardMap, topic: str, limit: int, offset: int
-) -> list[TaskInfo]:
+    scripts: Scripts, shards: ShardMap, topic: str, limit: int, offset: int,
+    settings: TopicSettings,
+) -> list[TaskInfo]:  # fmt: skip
     """A page of ``topic``'s dead letters (see :meth:`delayq.Queue.dead_letters`)."""
     bounded_int(limit, "limit", 1)
     bounded_int(offset, "offset", 0)
@@ -92,8 +129,11 @@ async def dead_letters(
         ))  # fmt: skip
         merged = heapq.merge(*(page[1] for page in pages), key=lambda r: (r[3], r[0]))
         rows = list(merged)[offset : offset + limit]
+    defaults = await topic_defaults(settings, topic, every[0]) if rows else (0, 0)
     return [
-        stored_task_info(topic, task_id, "dead", raw, error, died, None, from_millis(died))
+        stored_task_info(
+            topic, task_id, "dead", raw, error, died, None, from_millis(died), defaults=defaults
+        )
         for task_id, raw, error, died in rows
     ]
 

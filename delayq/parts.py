@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from delayq.admin import Admin
 from delayq.bounds import bounded_int
 from delayq.consumer import Consumer
 from delayq.duration import Duration, to_millis
@@ -44,7 +45,7 @@ class QueueParts:
 
     def __init__(
         self, redis: Redis | RedisCluster, name: str, max_body_bytes: int,
-        past_tolerance: Duration, durability: Durability | None,
+        past_tolerance: Duration, durability: Durability | None, strict_topics: bool = False,
     ) -> None:  # fmt: skip
         self.name = check_queue_name(name)
         self.max_body_bytes = bounded_int(max_body_bytes, "max_body_bytes", 1)
@@ -69,9 +70,12 @@ class QueueParts:
         self.producer = Producer(
             self.redis, self.scripts, queue=self.name, keys=self.keys, adapter=self._adapter,
             max_body_bytes=max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,
-            durable=self._durable, hooks=self.hooks, shards=self.shards,
+            durable=self._durable, hooks=self.hooks, shards=self.shards, topics=self.topics,
+            strict=strict_topics,
             history=lambda topic: self.topic_options(topic).history,
         )  # fmt: skip
+        self.admin = Admin(self.redis, self.scripts, self.shards, self.name, self.topic_options)
+        """A topic as a whole: its leased tasks, all its dead letters, forgetting it."""
         self.consumer = Consumer(
             self.redis, self.scripts, queue=self.name, keys=self.keys,
             options=self.topic_options, hooks=self.hooks, shards=self.shards,

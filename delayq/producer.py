@@ -24,11 +24,12 @@ from delayq.ids import new_task_id, new_task_ids
 from delayq.redis.cluster import run_command
 from delayq.redis.keys import check_task_id, shard_of, topics_key
 from delayq.redis.scripts import SEND_STATUS
+from delayq.strict import check_registered
 from delayq.task import SendResult, from_millis
 from delayq.topic import check_on_conflict, check_priority, task_overrides
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable, Mapping
+    from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
     from datetime import datetime
 
     from pydantic import TypeAdapter
@@ -66,6 +67,8 @@ class Producer:
         durable: waits for replicas after each send, when the queue asks for it.
         hooks: the queue's send hooks and event listeners.
         shards: routes a task of a sharded topic to its shard.
+        topics: the topics registered in this process (read at each send).
+        strict: refuse sends to any other topic (``strict_topics``).
         history: the records a topic registered in this process keeps (0: none, or not
             registered here), which its cancels carry.
     """
@@ -83,9 +86,13 @@ class Producer:
         durable: DurableSender | None,
         hooks: Hooks,
         shards: ShardMap,
-        history: Callable[[str], int],
+        topics: Collection[str] = (),
+        strict: bool = False,
+        history: Callable[[str], int] = lambda topic: 0,
     ) -> None:
         self._redis = redis
+        self._topics = topics
+        self._strict = strict
         self._history = history
         self._shards = shards
         self._hooks = hooks
@@ -114,6 +121,8 @@ class Producer:
     ) -> SendResult:
         """Send one task due ``value_ms`` from now, or at Unix ms ``value_ms`` (``absolute``)."""
         keys = self._keys(topic)
+        if self._strict:
+            check_registered(topic, self._topics, self._queue)
         task_id = new_task_id() if task_id is None else check_task_id(task_id)
         if self._shards.counts.get(topic) != 1:  # unresolved yet, or sharded
             keys = await self._shards.route(topic, task_id)
@@ -165,6 +174,8 @@ class Producer:
     ) -> list[SendResult]:
         """Send many tasks to one topic, a script call per batch (see ``Queue.send_many``)."""
         keys = self._keys(topic)
+        if self._strict:
+            check_registered(topic, self._topics, self._queue)
         items = list(bodies)
         # Generated ids are sorted: with one delay for all, that is already the order below.
         ids = (

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Self
 
-from delayq.admin import Admin
 from delayq.codec import DEFAULT_MAX_BODY_BYTES
 from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
@@ -51,24 +50,26 @@ class Queue:
             still run (at once); further in the past raises ``InvalidDurationError``.
         durability: make every send wait for replicas (:class:`~delayq.Durability`) and raise
             ``NotDurableError`` when too few confirm; ``None`` (default): no wait.
+        strict_topics: sends to a topic not registered here raise ``UnknownTopicError``.
     """
 
     def __init__(
         self, redis: Redis | RedisCluster, *, name: str = "default", past_tolerance: Duration = 5.0,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, durability: Durability | None = None,
+        strict_topics: bool = False,
     ) -> None:  # fmt: skip
-        self._parts = parts = QueueParts(redis, name, max_body_bytes, past_tolerance, durability)
+        self._parts = parts = QueueParts(
+            redis, name, max_body_bytes, past_tolerance, durability, strict_topics)  # fmt: skip
         self.name, self.redis, self.topics = parts.name, parts.redis, parts.topics
         self.scripts, self.shards, self.durability = parts.scripts, parts.shards, parts.durability
         self.max_body_bytes, self.past_tolerance_ms = parts.max_body_bytes, parts.past_tolerance_ms
-        self.hooks, self.history = parts.hooks, parts.history  # extensions' hooks; finished tasks
+        self.hooks, self.history, self.admin = parts.hooks, parts.history, parts.admin
         self.middlewares: list[Middleware] = []
         self.lifespan_factory: Lifespan | None = None
         self.consumer = parts.consumer
         """Lease, ack, nack and extend tasks without a handler (:class:`~delayq.Consumer`)."""
         self.keys, self.shard_keys, self.announce = parts.keys, parts.shard_keys, parts.announce
         self.check_shards, self.topic_options = parts.check_shards, parts.topic_options
-        self.admin = Admin(parts)  # running tasks, all dead letters at once, forget (Admin)
 
     @classmethod
     def from_url(
@@ -149,7 +150,7 @@ class Queue:
             cron: a cron expression (5 fields, or 6 with seconds first), evaluated by cronsim in ``tz``.
             every: or a fixed interval (ticks at its multiples since the Unix epoch).
             tz: the IANA time zone of ``cron`` (default UTC).
-            catch_up: which ticks missed while no worker could schedule them run: ``"latest"``,
+            catch_up: which ticks missed while no worker ran (the stored one too) run: ``"latest"``,
                 ``"all"`` or ``"none"`` (:class:`~delayq.ticks.PeriodicOptions`).
 
         Raises:
@@ -290,7 +291,7 @@ class Queue:
 
     async def get(self, topic: str, task_id: str) -> TaskInfo | None:
         """Look a task up by id: its state, body and schedule; None once acked or cancelled, or unknown."""
-        return await get_task(self.scripts, self.shards, topic, task_id)
+        return await get_task(self.scripts, self.shards, topic, task_id, self)
 
     async def topic_names(self) -> list[str]:
         """The names of the topics this queue has used (sent to, or consumed), sorted."""
@@ -308,7 +309,7 @@ class Queue:
         Raises:
             InvalidInputError: ``limit`` < 1 or ``offset`` < 0.
         """
-        return await dead_letters(self.scripts, self.shards, topic, limit, offset)
+        return await dead_letters(self.scripts, self.shards, topic, limit, offset, self)
 
     async def replay(self, topic: str, task_id: str) -> bool:
         """Move a dead-lettered task back to ready (due now), its attempts reset: True if it was dead."""

@@ -119,8 +119,12 @@ class TaskInfo(BaseModel):
     enqueued_at: datetime
     attempts: int
     """Deliveries so far (a delivery whose lease expired counts)."""
-    max_attempts: int | None
-    """The task's own limit, or ``None`` when it follows its topic's default."""
+    max_attempts: int
+    """The attempt limit that applies: the task's own, else its topic's (as registered in
+    this process, else as its workers recorded it, else the default 5)."""
+    ttr: float
+    """The lease length in seconds that applies, chosen like :attr:`max_attempts` (the
+    default is 30)."""
     priority: int = 0
     """Among due tasks of its topic, higher is leased first."""
     body: Any
@@ -268,15 +272,19 @@ def stored_task_info(
     lease: datetime | None,
     dead_at: datetime | None,
     paused: bool = False,
+    defaults: tuple[int, int] = (30_000, 5),
 ) -> TaskInfo:
-    """A :class:`TaskInfo` from what get.lua or dead_letters.lua returned.  An unreadable
-    envelope still gives an answer (state, score, error), never an exception."""
+    """A :class:`TaskInfo` from what get.lua or dead_letters.lua returned, with the topic's
+    ``defaults`` (TTR in ms, attempt limit) where the task has no limit of its own.  An
+    unreadable envelope still gives an answer (state, score, error), never an exception."""
+    ttr_ms, max_attempts = defaults
     try:
         envelope = Envelope.parse(raw or b"")
     except ValueError:
         return TaskInfo(
             id=task_id, topic=topic, state=state, due_at=from_millis(score),
-            enqueued_at=from_millis(score), attempts=0, max_attempts=None, body=None,
+            enqueued_at=from_millis(score), attempts=0, max_attempts=max_attempts,
+            ttr=ttr_ms / 1000, body=None,
             last_error=error or "CorruptTask: stored envelope is unreadable",
             lease_deadline=lease, dead_at=dead_at, paused=paused,
         )  # fmt: skip
@@ -287,7 +295,8 @@ def stored_task_info(
     return TaskInfo(
         id=task_id, topic=topic, state=state, due_at=from_millis(envelope.due_ms),
         enqueued_at=from_millis(envelope.enqueued_ms), attempts=envelope.attempts,
-        max_attempts=envelope.max_attempts or None, body=body, last_error=error,
+        max_attempts=envelope.max_attempts or max_attempts,
+        ttr=(envelope.ttr_ms or ttr_ms) / 1000, body=body, last_error=error,
         lease_deadline=lease, dead_at=dead_at, paused=paused, priority=envelope.priority,
         headers=dict(envelope.headers),
     )  # fmt: skip

@@ -113,13 +113,40 @@ class PeriodicOptions:
 
     Attributes:
         schedule: when it ticks (``cron``, ``every`` and ``tz`` of :meth:`~delayq.Queue.periodic`).
-        catch_up: ticks missed while no worker could schedule them: ``"latest"`` runs the
-            most recent one, ``"all"`` runs them all, oldest first (at most
-            :data:`MAX_CATCH_UP`), ``"none"`` skips them.
+        catch_up: ticks that fell due while no worker ran, the one stored ahead included:
+            ``"latest"`` runs the most recent one, ``"all"`` runs them all, oldest first (at
+            most :data:`MAX_CATCH_UP`), ``"none"`` skips them (see :func:`after_last`).
     """
 
     schedule: Schedule
     catch_up: CatchUp = "latest"
+
+
+def after_last(
+    periodic: PeriodicOptions, last: int, now: int, last_missed: bool
+) -> tuple[int, bool]:
+    """The tick a chain schedules after its ``last`` tick at ``now``, per ``catch_up``; and
+    whether ``last`` itself is to be dropped (unrun) first.
+
+    ``last_missed`` says that ``last``, stored a period ahead, fell due while no worker ran
+    (tick_look.lua): it is then one of the missed ticks.  ``"none"`` drops it; ``"latest"``
+    drops it unless it is the most recent missed tick, which runs once; ``"all"`` keeps it,
+    first of the missed ticks (at most :data:`MAX_CATCH_UP` of the newest run).  A ``last``
+    that fell due while a worker ran is late, not missed: it runs whatever ``catch_up`` says.
+    """
+    plan = periodic.schedule
+    following = plan.next_after(last)
+    if following > now and not last_missed:
+        return following, False  # nothing missed: the usual case
+    if periodic.catch_up == "none":
+        return plan.next_after(now), last_missed
+    if periodic.catch_up == "latest":
+        latest = plan.ticks_back(now, 1)[0]
+        return (latest, last_missed) if latest > last else (following, False)
+    missed = [tick for tick in plan.ticks_back(now, MAX_CATCH_UP + 1) if tick > last]
+    if len(missed) > MAX_CATCH_UP:
+        return missed[MAX_CATCH_UP - 1], last_missed  # the oldest of the newest MAX_CATCH_UP
+    return following, False
 
 
 def schedule(*, cron: str | None, every: Duration | None, tz: str | None) -> Schedule:

@@ -6,8 +6,10 @@ Giving a batch up when Redis stays unreachable is covered by tests/faults/test_0
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from delayq import Queue
+from delayq.pacing import Outage
 from delayq.task import Envelope
 from delayq.worker.acker import Acker
 from delayq.worker.lease import Delivery
@@ -34,7 +36,10 @@ async def test_outcomes_are_reported_once_per_ack_and_the_bound_makes_callers_wa
     queue: Queue,
 ) -> None:
     outcomes: list[tuple[str, bool]] = []
-    acker = Acker(queue.scripts, lambda d, ok: outcomes.append((d.task_id, ok)), limit=2)
+    acker = Acker(
+        queue.scripts, lambda d, ok: outcomes.append((d.task_id, ok)), limit=2,
+        outage=Outage(logging.getLogger("delayq.worker")),
+    )  # fmt: skip
     deliveries = await leased_deliveries(queue, 4)
     # One lease lost to another holder: its token no longer matches.
     stale = deliveries[3]

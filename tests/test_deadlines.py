@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -21,20 +22,26 @@ def leased(deadlines: Deadlines, deadline: float) -> Delivery:
     """A delivery with only what Deadlines reads (its deadline), added as the worker adds
     one it has just leased."""
     nothing = cast(Any, None)
-    d = Delivery(nothing, nothing, "t", nothing, deadline=deadline)
+    topic = cast(Any, SimpleNamespace(name="job", options=SimpleNamespace(ttr_ms=30_000)))
+    envelope = cast(Any, SimpleNamespace(ttr_ms=0))
+    d = Delivery(topic, nothing, "t", envelope, deadline=deadline)
     deadlines.add(d)
     return d
 
 
-async def hold(deadlines: Deadlines, d: Delivery, seconds: float) -> str:
+async def hold(
+    deadlines: Deadlines, d: Delivery, seconds: float, seen: list[str] | None = None
+) -> str:
     """Run a 'handler' that sleeps ``seconds`` under ``d``'s deadline, as the worker does;
-    say how it ended."""
+    say how it ended (and add the message of a cancel it saw to ``seen``)."""
     me = asyncio.current_task()
     assert me is not None
     deadlines.watch(d, me)
     try:
         await asyncio.sleep(seconds)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:
+        if seen is not None:
+            seen.append(str(exc))
         if deadlines.done(d):
             return "timed out"
         raise
@@ -145,3 +152,15 @@ async def test_clear_cancels_every_timer() -> None:
     deadlines.clear()
     await asyncio.sleep(0.05)
     assert not d.expired
+
+
+async def test_the_deadlines_cancel_names_the_ttr_and_a_cancel_from_outside_does_not() -> None:
+    deadlines = Deadlines()
+    seen: list[str] = []
+    assert await hold(deadlines, leased(deadlines, soon(0.01)), 5, seen) == "timed out"
+    outside = asyncio.create_task(hold(deadlines, leased(deadlines, soon(30)), 5, seen))
+    await asyncio.sleep(0)  # let it start waiting
+    outside.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await outside
+    assert seen == ["TTR exceeded: job/t ran past its TTR of 30s", ""]

@@ -48,6 +48,7 @@ from hypothesis.stateful import (
 from delayq import Queue, TaskInfo, TopicStats
 from delayq.task import Envelope
 from delayq.testing import PrivateRedis
+from delayq.topic import TopicOptions
 from tests.helpers import (
     DEFAULT_MAX_ATTEMPTS,
     LONG_TTR_MS,
@@ -510,7 +511,9 @@ class QueueMachine(RuleBasedStateMachine):
             if not task.reclaimed:
                 assert round(info.due_at.timestamp() * 1000) == task.due
         assert info.state == expected_state
-        assert (info.attempts, info.max_attempts) == (task.attempts, task.max_attempts)
+        # No process registered the topics: the task's own limit, else the default.
+        limit = task.max_attempts or TopicOptions().max_attempts
+        assert (info.attempts, info.max_attempts) == (task.attempts, limit)
         assert (info.body, info.last_error) == ({"v": task.body}, task.last_error)
         if task.state == "reserved":
             assert reserved == task.lease

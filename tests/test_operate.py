@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from delayq import Queue, manage
-from delayq.worker.rollup import record_history_settings
+from delayq.topic import TopicOptions
+from delayq.worker.rollup import record_settings
 
 
 async def _bury(queue: Queue, topic: str, count: int) -> list[str]:
@@ -116,7 +117,7 @@ async def test_a_consumer_that_never_registered_the_topic_records_its_history(
     queue: Queue, redis_url: str
 ) -> None:
     # What a worker of the topic records when it starts (its topic has history=10).
-    await record_history_settings(queue.redis, {queue.keys("h"): 10})
+    await record_settings(queue.redis, {queue.keys("h"): TopicOptions(history=10)})
     consumer = Queue.from_url(redis_url, name=queue.name)  # as `delayq web` with no app
     try:
         await consumer.send("h", {"n": 1}, task_id="ok")

@@ -144,3 +144,26 @@ async def test_pause_and_resume_from_the_command_line(
     resumed = await cli(env, "resume", *where, "mail")
     assert resumed.returncode == 0, resumed.stderr
     assert not (await queue.stats())["mail"].paused
+
+
+async def test_pausing_a_topic_redis_never_saw_needs_force(
+    redis_url: str, queue: Queue, queue_name: str
+) -> None:
+    env = app_env(redis_url, "unused")
+    del env["DELAYQ_QUEUE"]
+    where = ("--url", redis_url, "--name", queue_name)
+
+    for command in ("pause", "resume"):
+        refused = await cli(env, command, *where, "mial")
+        assert refused.returncode == 1, refused.stderr
+        assert "never seen topic 'mial'" in refused.stderr
+        assert "--force" in refused.stderr
+    assert await queue.stats() == {}  # nothing was stored
+    assert await queue.topic_names() == []
+
+    forced = await cli(env, "pause", *where, "--force", "mial")
+    assert forced.returncode == 0, forced.stderr
+    assert (await queue.stats())["mial"].paused
+    resumed = await cli(env, "resume", *where, "mial")  # seen now: its pause is stored
+    assert resumed.returncode == 0, resumed.stderr
+    assert "mial" not in await queue.stats()  # no tasks, and no longer paused

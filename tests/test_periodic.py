@@ -115,7 +115,7 @@ async def test_tick_script_schedules_each_tick_time_once_ever(queue: Queue) -> N
 def keeper_for(periodic: PeriodicOptions) -> Keeper:
     """A keeper for its choice of tick only (choose() touches neither Redis nor events)."""
     keys = TopicKeys.build("q", "sweep")
-    return Keeper(None, keys, periodic, None, None)  # type: ignore[arg-type]
+    return Keeper(None, keys, periodic, None, None, None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -129,17 +129,18 @@ def keeper_for(periodic: PeriodicOptions) -> Keeper:
 def test_catch_up_chooses_which_missed_tick_runs(catch_up: Any, expected: int) -> None:
     keeper = keeper_for(PeriodicOptions(schedule(cron=None, every=0.1, tz=None), catch_up))
     # The chain's last tick was 1,000 ms; ticks 1,100 .. 2,000 were missed; now is 2,050.
-    assert keeper.choose(1_000, 2_050) == expected
+    assert keeper.choose(1_000, 2_050) == (expected, False)
     # Nothing missed: every mode schedules the next tick.
-    assert keeper.choose(1_000, 1_050) == 1_100
+    assert keeper.choose(1_000, 1_050) == (1_100, False)
     # A new chain starts with the next tick after now.
-    assert keeper.choose(None, 2_050) == 2_100
+    assert keeper.choose(None, 2_050) == (2_100, False)
 
 
 def test_catch_up_all_is_bounded() -> None:
     keeper = keeper_for(PeriodicOptions(schedule(cron=None, every=0.001, tz=None), "all"))
     now = 10 * MAX_CATCH_UP
-    assert keeper.choose(0, now) == now - MAX_CATCH_UP + 1
+    assert keeper.choose(0, now) == (now - MAX_CATCH_UP + 1, False)
+    assert keeper.choose(0, now, missed=True) == (now - MAX_CATCH_UP + 1, True)
 
 
 @pytest.mark.parametrize("catch_up", ["all", "latest", "none"])

@@ -80,7 +80,7 @@ async def test_send_stores_a_ready_task(queue: Queue, redis_client: redis.asynci
     info = await stored(queue, "emails", task_id)
     assert (info.id, info.topic, info.state) == (task_id, "emails", "ready")
     assert info.body == {"to": "a@b.c", "n": [1, 2]}
-    assert (info.attempts, info.max_attempts, info.last_error) == (0, None, None)
+    assert (info.attempts, info.max_attempts, info.last_error) == (0, 5, None)  # the default
     assert (info.lease_deadline, info.dead_at) == (None, None)
     assert before <= ms(info.enqueued_at) == ms(info.due_at) <= after
 
@@ -239,7 +239,7 @@ async def test_resending_a_delayed_id_adds_nothing(
     assert await queue.send_delayed("t", {"v": 1}, 60, task_id="order-1") == "order-1"
     await assert_resend_adds_nothing(queue, redis_client, queue_name, "order-1")
     info = await stored(queue, "t", "order-1")
-    assert (info.state, info.body, info.max_attempts) == ("delayed", {"v": 1}, None)
+    assert (info.state, info.body, info.max_attempts) == ("delayed", {"v": 1}, 5)
 
 
 async def test_resending_a_ready_id_adds_nothing(
@@ -268,7 +268,7 @@ async def test_a_dead_id_may_be_sent_again(queue: Queue, redis_client: redis.asy
 
     info = await stored(queue, "t", "order-1")
     assert (info.state, info.body, info.attempts) == ("delayed", {"v": 2}, 0)
-    assert (info.max_attempts, info.last_error, info.dead_at) == (None, None, None)
+    assert (info.max_attempts, info.last_error, info.dead_at) == (5, None, None)  # the default
     assert await queue.dead_letters("t") == []
     assert await redis_client.hexists(queue.keys("t").errors, "order-1") == 0
 
@@ -294,15 +294,16 @@ async def test_send_many_stores_every_task_across_batches(queue: Queue) -> None:
     [
         ({"ttr": timedelta(seconds=7), "max_attempts": 9}, 9, 7_000),
         ({"max_attempts": 2}, 2, 1_000),  # the ttr stays the consumer's default
-        ({"ttr": 3}, None, 3_000),
-        ({}, None, 1_000),
+        ({"ttr": 3}, 5, 3_000),  # max_attempts: the default
+        ({}, 5, 1_000),
     ],
 )
 async def test_send_many_stores_the_options_with_every_task(
-    queue: Queue, options: dict[str, Any], max_attempts: int | None, lease_ms: int
+    queue: Queue, options: dict[str, Any], max_attempts: int, lease_ms: int
 ) -> None:
     """Overrides travel with each task of every batch (two more fields a task on the wire),
-    and a batch without them stores the topic defaults (0) and the right bodies."""
+    and a batch without them stores the topic defaults (0) and the right bodies; lookups
+    report the limit that applies."""
     ids = await queue.send_many("t", [{"n": n} for n in range(5)], batch_size=2, **options)
     for n, task_id in enumerate(ids):
         info = await stored(queue, "t", task_id)

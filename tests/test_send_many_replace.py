@@ -66,7 +66,7 @@ async def test_a_mixed_batch_replaces_waiting_tasks_and_leaves_a_running_one(
     for task_id, body, delay_s in (("delayed", 0, 60), ("ready", 3, 5), ("new-2", 5, 120)):
         info = await stored(queue, "t", task_id)
         assert (info.state, info.body, info.attempts) == ("delayed", {"v": body}, 0)
-        assert (info.max_attempts, info.last_error) == (None, None)
+        assert (info.max_attempts, info.ttr, info.last_error) == (5, 30, None)  # the defaults
         header, _ = await task_fields(redis_client, queue.keys("t"), task_id)
         assert header is not None and header.split(b",")[3] == b"0"  # the topic's ttr again
         due_ms = info.due_at.timestamp() * 1000

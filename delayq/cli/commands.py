@@ -13,6 +13,7 @@ import delayq
 from delayq.cli.app import DEFAULT_NAME, queue_named
 from delayq.errors import AppImportError
 from delayq.queue import Queue
+from delayq.strict import strict_send_hook
 from delayq.ticks import tick_id
 
 if TYPE_CHECKING:
@@ -66,13 +67,31 @@ def _controls_text(s: TopicStats) -> str:
     return ", ".join(parts)
 
 
+async def _unseen(queue: Queue, args: argparse.Namespace) -> bool:
+    """True (after saying so) when Redis has never seen ``args.topic`` and ``--force`` is not
+    given: a mistyped name would otherwise be paused, or resumed, silently."""
+    if args.force or args.topic in await queue.topic_names() or await queue.stats([args.topic]):
+        return False
+    print(
+        f"delayq {args.command}: Redis has never seen topic {args.topic!r} of "
+        f"{queue_named(queue, args)} (no tasks, no stored state); check the name, or pass "
+        f"--force to {args.command} it anyway",
+        file=sys.stderr,
+    )
+    return True
+
+
 async def _pause(queue: Queue, args: argparse.Namespace) -> int:
+    if await _unseen(queue, args):
+        return 1
     await queue.pause(args.topic)
     print(f"paused {args.topic}: workers lease none of its tasks until `delayq resume`")
     return 0
 
 
 async def _resume(queue: Queue, args: argparse.Namespace) -> int:
+    if await _unseen(queue, args):
+        return 1
     await queue.resume(args.topic)
     print(f"resumed {args.topic}")
     return 0
@@ -130,6 +149,11 @@ async def _web(queue: Queue, args: argparse.Namespace) -> int:
             f"delayq web needs the web extra (pip install delayq[web]): {exc}"
         ) from exc
     tokens = Tokens.from_file(args.token_file) if args.token_file else Tokens.from_env()
+    if args.strict_topics:
+        if not queue.topics:  # every send would be refused
+            print("delayq web: --strict-topics needs an app that registers topics", file=sys.stderr)
+            return 2
+        queue.hooks.on_send(strict_send_hook(queue.topics, queue.name))
     await serve(queue, tokens, host=args.host, port=args.port, access_log=not args.no_access_log)
     return 0
 
@@ -207,6 +231,21 @@ async def _archive(queue: Queue, args: argparse.Namespace) -> int:
     )  # fmt: skip
 
 
+def _web_options(web: argparse.ArgumentParser) -> None:
+    """The options of ``delayq web``."""
+    web.add_argument("--host", default="127.0.0.1")
+    web.add_argument("--port", type=int, default=8080)
+    web.add_argument(
+        "--token-file",
+        help="lines of `scopes token` (default: $DELAYQ_WEB_TOKENS; none: read-only)",
+    )
+    web.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    web.add_argument(
+        "--strict-topics", action="store_true",
+        help="answer a send to a topic the app registers no handler for with 404 unknown_topic",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``delayq`` command."""
     parser = argparse.ArgumentParser(prog="delayq", description="Delayed tasks on Redis.")
@@ -252,19 +291,17 @@ def build_parser() -> argparse.ArgumentParser:
         ("resume", _resume, "let a paused topic's tasks be leased again"),
         ("forget", _forget, "clean the stored state of a topic that holds no task"),
     ):
-        command(name, handler, text, app_required=False).add_argument("topic")
+        control = command(name, handler, text, app_required=False)
+        control.add_argument("topic")
+        control.add_argument(
+            "--force", action="store_true",
+            help=f"{name} a topic Redis has never seen (no tasks, no stored state)",
+        )  # fmt: skip
     dead = command("dead", _dead, "list or replay dead letters", app_required=False)
     dead.add_argument("topic")
     dead.add_argument("--replay", metavar="ID")
     dead.add_argument("--limit", type=int, default=100)
-    web = command("web", _web, "serve the HTTP API and dashboard", app_required=False)
-    web.add_argument("--host", default="127.0.0.1")
-    web.add_argument("--port", type=int, default=8080)
-    web.add_argument(
-        "--token-file",
-        help="lines of `scopes token` (default: $DELAYQ_WEB_TOKENS; none: read-only)",
-    )
-    web.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    _web_options(command("web", _web, "serve the HTTP API and dashboard", app_required=False))
     periodic = command(
         "periodic", _periodic, "list periodic topics and their next ticks", app_required=True
     )

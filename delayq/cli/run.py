@@ -7,19 +7,17 @@ import asyncio
 import logging
 import os
 import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
 from delayq.cli.app import open_queue
 from delayq.cli.commands import build_parser
 from delayq.errors import DelayqError
+from delayq.worker.chain import HANDLER_THREADS
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Coroutine, Sequence
 
-ANYIO_THREAD = "AnyIO worker thread"
-"""The name of the threads ``anyio.to_thread.run_sync`` runs plain ``def`` handlers in."""
 LEFTOVER_TIMEOUT = 1.0
 """How long tasks still running after the command are given to unwind before exit."""
 BROKEN_PIPE = 1
@@ -113,10 +111,10 @@ def _exit_past_handler_threads(code: int) -> None:
     """Exit now if a plain ``def`` handler's thread still runs (abandoned at its TTR or at
     the stop; its task was failed or handed back): Python would otherwise wait for it at
     exit, and a thread cannot be killed."""
-    left = [t for t in threading.enumerate() if t.name == ANYIO_THREAD and t.is_alive()]
+    left = HANDLER_THREADS.running
     if left:
         logging.getLogger("delayq").error(
-            "exiting with %d handler thread(s) still running (abandoned)", len(left)
+            "exiting with %d handler thread(s) still running (abandoned)", left
         )
         logging.shutdown()
         sys.stdout.flush()

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from delayq.errors import RedisUnavailableError, UnsupportedRedisError
-from delayq.pacing import RetryPacing
+from delayq.pacing import Outage, RetryPacing
 from delayq.redis.translate import redis_errors
 
 if TYPE_CHECKING:
@@ -51,19 +51,24 @@ async def check_server(redis: Redis) -> str:
     return version
 
 
-async def wait_for_server(redis: Redis) -> str:
+async def wait_for_server(redis: Redis, outage: Outage | None = None) -> str:
     """:func:`check_server`, retried (with :class:`~delayq.pacing.RetryPacing`, up to 2 s
-    apart) while Redis cannot be reached: a worker started before its Redis waits for it.
+    apart) while Redis cannot be reached: a worker started before its Redis waits for it,
+    and tells ``outage`` (default: one of its own) of the wait.
 
     Raises:
         UnsupportedRedisError: the server is older than :data:`MIN_REDIS_VERSION`.
     """
     pacing = RetryPacing(first=0.1, cap=2.0)
+    outage = outage or Outage(log)
     while True:
         try:
-            return await check_server(redis)
+            version = await check_server(redis)
         except UnsupportedRedisError:
             raise
         except RedisUnavailableError as exc:
-            log.warning("waiting for Redis: %s", exc)
+            outage.failed("the start-up check", exc)
             await asyncio.sleep(pacing.failed())
+        else:
+            outage.reachable()
+            return version

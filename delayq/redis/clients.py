@@ -24,7 +24,7 @@ Redis that accepts connections but does not answer (stopped, or cut off by a par
 stay silent before a call fails.  Our scripts run in milliseconds; a Redis silent this long
 is stuck, and a caller told so in 2 s can act (a producer re-sends with the same id)."""
 
-QUEUE_OPTIONS = ("max_body_bytes", "past_tolerance", "durability")
+QUEUE_OPTIONS = ("max_body_bytes", "past_tolerance", "durability", "strict_topics")
 """Options of ``Queue`` itself; the others go to redis-py."""
 
 
@@ -47,7 +47,8 @@ def open_clients(
     if own_timeout:
         options["socket_timeout"] = SILENCE_TIMEOUT + durable_wait
     options.setdefault("socket_connect_timeout", SILENCE_TIMEOUT)
-    options.setdefault("socket_keepalive", True)
+    if not url.startswith("unix:"):  # (redis-py's unix socket connection takes no keepalive)
+        options.setdefault("socket_keepalive", True)
     # A blocking pool: a burst of concurrent sends waits for a free connection instead
     # of failing with "Too many connections" past max_connections.
     options.setdefault("max_connections", 100)

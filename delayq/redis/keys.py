@@ -22,7 +22,8 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:prio:ready ZSET  -priority -> due ms (13 digits) + id: lease order
     delayq:{shop:order.close}:prio:mark  STRING ms up to which prio's entries are in prio:ready
     delayq:{shop:order.close}:meta       HASH  scheduled -> count of delayed + ready tasks;
-                                               history -> records kept, history_seq
+                                               history -> records kept, history_seq;
+                                               ttr_ms, max_attempts -> its workers' defaults
     delayq:{shop:order.close}:history    STREAM finished tasks, when the topic keeps history
     delayq:{shop:order.close}:rollup     HASH  an hour of activity in 10 s windows (history)
     delayq:{shop:order.close}:archive    HASH  SQL destination -> seq of the last history record
@@ -33,7 +34,9 @@ Redis Cluster slot and every script can touch them atomically::
                                                channels, subscribed one by one, see wakeup.py)
     delayq:{shop:order.close}:periodic   HASH  a periodic topic's chain: fp (its schedule's
                                                fingerprint), last (latest tick scheduled, ms),
-                                               id (that tick's task id)
+                                               id (that tick's task id), judged + missed (the
+                                               last due tick looked at, and whether it fell due
+                                               with no worker there: tick_look.lua)
     delayq:{shop}:topics                 SET   topics that have been used (for stats)
 
 A sharded topic (``@queue.topic(name, shards=N)``, docs/cluster.md) spreads its tasks over N
@@ -221,11 +224,12 @@ class TopicKeys:
 
     def stored(self) -> tuple[str, ...]:
         """Every key of the topic's state but its task buckets and schedule slots (which
-        Redis deletes once empty), in the order forget.lua takes them as KEYS."""
+        Redis deletes once empty) and a periodic chain (never deleted: a deploy may still
+        run its schedule), in the order forget.lua takes them as KEYS."""
         return (self.prefix, self.wheel, self.reserved, self.dead, self.controls, self.meta,
                 self.seq, self.errors, self.buckets, self.starts, self.prio, self.prio_ready,
-                self.prio_mark, self.clock, self.periodic, self.history, self.rollup,
-                self.archive, self.prefix + "slots")  # fmt: skip
+                self.prio_mark, self.clock, self.history, self.rollup, self.archive,
+                self.prefix + "slots")  # fmt: skip
 
     def slot(self, number: bytes | str) -> str:
         """The schedule slot (ZSET id -> due ms) named ``number`` in the wheel."""

@@ -9,10 +9,15 @@ connection, and each caller gets its own reply or error.  That is what redis-py'
 (``send_packed_command``, ``read_response``), without its per-command bookkeeping; the
 ``EVALSHA`` commands are packed by hiredis.
 
-Everything else is redis-py's, so the two cannot disagree: the pool and its connections
-(TCP, TLS, unix sockets, credentials, SELECT, the client name), the retry policy after a
-lost connection, ``socket_timeout`` and the error classes.  A script unknown to Redis
-(after a restart or ``SCRIPT FLUSH``) is loaded and its calls run again."""
+The held connection is the lane's own (:mod:`delayq.redis.wire`: asyncio's and hiredis's
+public APIs), which costs a one-by-one call about half the client work of redis-py's
+``read_response``; it is opened from the pool's settings where it can be opened exactly
+as redis-py would open it (plain TCP or a unix socket, password or ACL credentials), and
+is a redis-py connection held outside the pool otherwise (TLS, a credential provider,
+...).  Everything else is redis-py's, so the two cannot disagree: the pool and its
+connections, the retry policy after a lost connection, ``socket_timeout`` and the error
+classes.  A script unknown to Redis (after a restart or ``SCRIPT FLUSH``) is loaded and
+its calls run again."""
 
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from delayq.redis.wire import Wire, open_wire, pack, wire_settings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,6 +66,11 @@ class ScriptLane:
         # borrowing a pooled one costs a call as much as the rest of its client work.
         self._held: AbstractConnection | None = None
         self._held_loop: asyncio.AbstractEventLoop | None = None
+        # A lone call's own connection (:mod:`delayq.redis.wire`) where it can be opened
+        # as redis-py would open it; else a redis-py connection held outside the pool.
+        self._wire_settings = wire_settings(client.connection_pool)
+        self._wire: Wire | None = None
+        self._opening: asyncio.Future[Wire] | None = None
         settings = client.connection_pool.connection_kwargs
         self._silence: float | None = settings.get("socket_timeout")
         self._hiredis = (
@@ -90,6 +102,8 @@ class ScriptLane:
         if not self._alone and not self._running:
             # Nothing in flight: this call starts a burst, if any, and need not wait for
             # the rest of it (they follow it as one pipeline).
+            if self._wire_settings is not None:
+                return await self._on_wire(sha, source, keys, args)
             return await self._one(sha, source, keys, args, held=True)
         batch = self._batch = []
         try:
@@ -106,6 +120,61 @@ class ScriptLane:
         batch.insert(0, _Call(sha, source, keys, args, future))
         self._spawn(batch)
         return await future
+
+    async def _on_wire(
+        self,
+        sha: str,
+        source: str | bytes | memoryview,
+        keys: Sequence[str],
+        args: Sequence[str | int | bytes],
+    ) -> Any:
+        assert self._wire_settings is not None
+        command = pack("EVALSHA", sha, len(keys), *keys, *args)
+        self._alone += 1
+        try:
+            return await self._wire_settings.retry.call_with_retry(
+                lambda: self._wire_call(command, source), self._drop_wire
+            )
+        finally:
+            self._alone -= 1
+
+    async def _wire_call(self, command: bytes, source: str | bytes | memoryview) -> Any:
+        wire = self._wire
+        if wire is None or wire.lost is not None or wire.loop is not asyncio.get_running_loop():
+            wire = await self._open_wire()  # (a transport serves only the loop it was opened in)
+        try:
+            return await wire.call(command)
+        except NoScriptError:
+            script = bytes(source) if isinstance(source, memoryview) else source
+            await wire.call(pack("SCRIPT", "LOAD", script))
+            return await wire.call(command)
+
+    async def _open_wire(self) -> Wire:
+        """The one connection attempt that calls share (a caller cancelled while it
+        opens leaves it opening for the next)."""
+        assert self._wire_settings is not None
+        opening = self._opening
+        if (
+            opening is None
+            or opening.get_loop() is not asyncio.get_running_loop()
+            or (opening.done() and (opening.cancelled() or opening.exception() is not None))
+        ):
+            opening = self._opening = asyncio.ensure_future(open_wire(self._wire_settings))
+            # (its failure is its callers'; one that none awaits any more is not logged)
+            opening.add_done_callback(lambda done: done.cancelled() or done.exception())
+        try:
+            self._wire = await asyncio.shield(opening)
+            return self._wire
+        finally:
+            if opening.done() and self._opening is opening:
+                self._opening = None
+
+    async def _drop_wire(self, _error: Exception) -> None:
+        """Between tries: forget the connection if it failed, so that the next try opens
+        a new one, as redis-py disconnects."""
+        wire = self._wire
+        if wire is not None and wire.lost is not None:
+            self._wire = None
 
     async def _one(
         self,
@@ -234,6 +303,13 @@ class ScriptLane:
             task.cancel()
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)
+        if self._opening is not None:
+            self._opening.cancel()
+            await asyncio.gather(self._opening, return_exceptions=True)
+            self._opening = None
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.abort(RedisConnectionError("Lane closed"))
         held, self._held = self._held, None
         if held is not None and self._held_loop is asyncio.get_running_loop():
             await held.disconnect()

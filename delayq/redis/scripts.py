@@ -97,8 +97,8 @@ class Scripts:
         """Register the scripts with the client: production's, or under a test clock the
         copies that read it (:func:`delayq.redis.source.use_test_clock`)."""
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
-                 "replay", "get", "stats", "dead_letters", "upcoming", "timeline",
-                 "control", "tick", "tick_state", "rollup", "shards", "clock", "dead_bulk",
+                 "replay", "get", "stats", "dead_letters", "upcoming", "timeline", "control",
+                 "tick", "tick_state", "tick_look", "rollup", "shards", "clock", "dead_bulk",
                  "forget", "running")  # fmt: skip
         self._scripts = {
             name: self._client.register_script(lua_source(name, test_clock=test_clock_on()))
@@ -459,14 +459,16 @@ class Scripts:
         tick_ms: int,
         task_id: str,
         body: bytes,
+        drop_missed: bool = False,
     ) -> tuple[int, int, int]:
-        """Run tick.lua. Returns (1 scheduled | 0 not later than the last tick | -1 another
-        schedule owns the chain, now ms, last tick ms or -1)."""
+        """Run tick.lua (``drop_missed``: first drop the chain's last tick if it was judged
+        missed and still waits). Returns (1 scheduled | 0 not later than the last tick | -1
+        another schedule owns the chain, now ms, last tick ms or -1)."""
         reply = await self._run(
             "tick",
             (keys.prefix, keys.wheel, keys.dead, keys.errors, keys.periodic),
-            (mode, fingerprint, tick_ms, task_id, body, keys.wake_publish),
-        )
+            (mode, fingerprint, tick_ms, task_id, body, keys.wake_publish, "1" if drop_missed else ""),
+        )  # fmt: skip
         return _int(reply[0]), _int(reply[1]), _int(reply[2])
 
     async def tick_state(self, keys: TopicKeys) -> tuple[int, str | None, int]:
@@ -474,6 +476,19 @@ class Scripts:
         ms or -1)."""
         now, fingerprint, last = await self._run("tick_state", (keys.periodic, keys.clock), ())
         return _int(now), _text(fingerprint) if fingerprint else None, _int(last)
+
+    async def tick_look(
+        self, keys: TopicKeys, fingerprint: str, slack_ms: int
+    ) -> tuple[int, str | None, int, bool]:
+        """Run tick_look.lua. Returns (now ms, the chain's fingerprint or None, last tick ms
+        or -1, whether that tick was missed)."""
+        reply = await self._run("tick_look", (keys.periodic, keys.clock), (fingerprint, slack_ms))
+        return (
+            _int(reply[0]),
+            _text(reply[1]) if reply[1] else None,
+            _int(reply[2]),
+            _int(reply[3]) == 1,
+        )
 
     async def clock(self, keys: TopicKeys, offset_ms: int | None = None) -> tuple[int, int]:
         """Run clock.lua: set the topic's test clock offset (when given; a change wakes the

@@ -6,7 +6,8 @@ status  when
 ======  ===========================================================================
 401     no token, or an unknown one (with ``WWW-Authenticate: Bearer``)
 403     the token lacks the endpoint's scope (or no token may write at all)
-404     no such task, dead letter or route
+404     no such task, dead letter or route; ``unknown_topic``: a send to a topic the
+        server has no handler for, when it refuses those (``strict_topics``)
 409     the task is not in a state that allows it (running; a lease no longer held)
 413     the request body is larger than the queue accepts
 422     bad input: ``field`` names it; nothing was written
@@ -37,6 +38,7 @@ from delayq.errors import (
     RedisAuthError,
     RedisOutOfMemoryError,
     RedisUnavailableError,
+    UnknownTopicError,
 )
 
 if TYPE_CHECKING:
@@ -51,8 +53,8 @@ class ApiError(BaseModel):
     """The body of every error response."""
 
     error: str
-    """A short code: ``unauthorized``, ``forbidden``, ``not_found``, ``conflict``,
-    ``too_large``, ``invalid_input``, ``unavailable`` or ``internal``."""
+    """A short code: ``unauthorized``, ``forbidden``, ``not_found``, ``unknown_topic``,
+    ``conflict``, ``too_large``, ``invalid_input``, ``unavailable`` or ``internal``."""
     message: str
     field: str | None = None
     """For ``invalid_input``: the request field at fault (``delay``, ``topic``, ``body.x``...)."""
@@ -77,6 +79,11 @@ def conflict(what: str) -> ApiProblem:
 
 def invalid(message: str, field: str | None) -> ApiProblem:
     return ApiProblem(422, "invalid_input", message, field)
+
+
+def unknown_topic(exc: UnknownTopicError) -> ApiProblem:
+    """The 404 for a send to a topic the server refuses (``strict_topics``)."""
+    return ApiProblem(404, "unknown_topic", str(exc), "topic")
 
 
 def _response(status: int, body: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -115,7 +122,9 @@ def naming(*fields: str) -> Iterator[None]:
 
 
 def renamed(exc: InvalidInputError, fields: tuple[str, ...]) -> ApiProblem:
-    """The 422 that :func:`naming` answers ``exc`` with."""
+    """The 422 that :func:`naming` answers ``exc`` with (a 404 for an unknown topic)."""
+    if isinstance(exc, UnknownTopicError):
+        return unknown_topic(exc)
     argument = argument_of(exc)
     return invalid(str(exc), argument if argument in fields or argument == "headers" else None)
 
@@ -174,6 +183,8 @@ def response_for(exc: Exception, content_type: str = "") -> JSONResponse:
         codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
         body = ApiError(error=codes.get(exc.status_code, "error"), message=str(exc.detail))
         return _response(exc.status_code, body, getattr(exc, "headers", None))
+    if isinstance(exc, UnknownTopicError):
+        return response_for(unknown_topic(exc))
     if isinstance(exc, LeaseLostError):
         return _response(409, ApiError(error="conflict", message=str(exc)))
     if isinstance(exc, InvalidInputError):
@@ -200,7 +211,10 @@ def unavailable(exc: Exception) -> JSONResponse:
 
 
 def invalid_input(exc: InvalidInputError) -> JSONResponse:
-    """The 422 for bad input, naming the argument at fault when the message does."""
+    """The 422 for bad input, naming the argument at fault when the message does (a 404
+    for an unknown topic)."""
+    if isinstance(exc, UnknownTopicError):
+        return response_for(unknown_topic(exc))
     body = ApiError(error="invalid_input", message=str(exc), field=argument_of(exc))
     return _response(422, body)
 

@@ -20,10 +20,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from delayq.cancellation import raise_if_cancelling
-from delayq.errors import DelayqError
+from delayq.errors import DelayqError, RedisUnavailableError
 from delayq.pacing import RetryPacing
 
 if TYPE_CHECKING:
+    from delayq.pacing import Outage
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
     from delayq.worker.lease import Delivery
@@ -42,10 +43,14 @@ class Acker:
         scripts: runs ack.lua.
         on_outcome: called with each delivery and whether its ack was applied.
         limit: most acks queued or in flight before :meth:`room` makes callers wait.
+        outage: the worker's, told whether each flush reached Redis.
     """
 
-    def __init__(self, scripts: Scripts, on_outcome: Outcome, *, limit: int) -> None:
+    def __init__(
+        self, scripts: Scripts, on_outcome: Outcome, *, limit: int, outage: Outage
+    ) -> None:
         self._scripts = scripts
+        self._outage = outage
         self._on_outcome = on_outcome
         self._limit = limit
         self._batch: defaultdict[TopicKeys, list[Delivery]] = defaultdict(list)
@@ -100,11 +105,15 @@ class Acker:
                     )
                     refused = {id(d) for deliveries in batch.values() for d in deliveries}
                 else:
-                    log.warning("ack failed (%s); retrying", exc)
+                    if isinstance(exc, RedisUnavailableError):
+                        self._outage.failed("ack", exc)
+                    else:
+                        log.warning("ack failed (%s); retrying", exc)
                     self._requeue(batch)
                     await asyncio.sleep(pause)
                     continue
             pacing.succeeded()
+            self._outage.reachable()
             self._report(batch, refused)
 
     def _report(self, batch: dict[TopicKeys, list[Delivery]], refused: set[int]) -> None:

@@ -14,6 +14,7 @@ thread returns or raises later is ignored.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -45,12 +46,43 @@ def handler_call(topic: Topic[Any], limiter: CapacityLimiter) -> Call:
     return body_only
 
 
+class HandlerThreads:
+    """Counts the plain ``def`` handlers running in threads, abandoned ones included: what
+    a process that exits leaves behind.  (An idle thread of anyio's pool, or one serving
+    a static file, runs no handler and is not counted.)"""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+
+    @property
+    def running(self) -> int:
+        """Handlers still running in a thread."""
+        return self._running
+
+    def run(self, handler: Callable[..., None], *args: Any) -> None:
+        """Run ``handler(*args)`` in the calling thread, counted while it runs."""
+        with self._lock:
+            self._running += 1
+        try:
+            handler(*args)
+        finally:
+            with self._lock:
+                self._running -= 1
+
+
+HANDLER_THREADS = HandlerThreads()
+"""The process's count (threads outlive the worker that started them)."""
+
+
 def _in_thread(handler: Callable[..., None], takes_task: bool, limiter: CapacityLimiter) -> Call:
     async def call(body: Any, task: Task[Any]) -> None:
         args = (body, task) if takes_task else (body,)
         # abandon_on_cancel: a TTR or a stop cancels the await at once; the thread runs on
         # and its result is dropped.
-        await anyio.to_thread.run_sync(handler, *args, limiter=limiter, abandon_on_cancel=True)
+        await anyio.to_thread.run_sync(
+            HANDLER_THREADS.run, handler, *args, limiter=limiter, abandon_on_cancel=True
+        )
 
     return call
 

@@ -30,6 +30,7 @@ from delayq.errors import (
     DelayqError,
     InvalidInputError,
     LeaseLostError,
+    RedisUnavailableError,
     Retry,
 )
 from delayq.task import Task, from_millis
@@ -40,6 +41,7 @@ from delayq.worker.report import Reporter, nack_event
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from delayq.pacing import Outage
     from delayq.redis.scripts import NackMode, Scripts
     from delayq.worker.chain import Call
     from delayq.worker.lease import Deadlines, Delivery
@@ -60,6 +62,7 @@ class Executor:
         ack_limit: acks queued or in flight before finished handlers wait.
         reporter: tells the queue's event listeners and the worker's ``on_outcome`` about
             each delivery (``delivered`` and its outcome), when anyone listens.
+        outage: the worker's, told when recording an outcome cannot reach Redis.
     """
 
     def __init__(
@@ -71,8 +74,10 @@ class Executor:
         max_body_bytes: int,
         ack_limit: int,
         reporter: Reporter,
+        outage: Outage,
     ) -> None:
         self._scripts = scripts
+        self._outage = outage
         self._reporter = reporter
         self.now = time.monotonic  # the loop's clock: the worker sets it to loop.time
         self.chains: Mapping[str, Call] = {}
@@ -81,7 +86,7 @@ class Executor:
         self._deadlines = deadlines
         self._held = held
         self._max_body_bytes = max_body_bytes
-        self.acker = Acker(scripts, self._acked, limit=ack_limit)
+        self.acker = Acker(scripts, self._acked, limit=ack_limit, outage=outage)
         self.state: Any = None
         """What the queue's lifespan yielded (every Task's ``state``)."""
 
@@ -92,6 +97,10 @@ class Executor:
             # Leased, then left in the buffer past its deadline (a handler blocked the
             # loop): another worker may run it soon, so this one must not start.
             error = "TTRExceeded: the lease ran out before the handler started"
+            log.warning(
+                "%s/%s: its lease (TTR %gs) ran out before its handler started, on attempt %d",
+                topic.name, d.task_id, d.ttr, envelope.attempts,
+            )  # fmt: skip
             await self.nack(d, "retry", self._backoff_ms(d), error)
             return
         try:
@@ -126,6 +135,10 @@ class Executor:
         except BaseException as exc:
             if isinstance(exc, TimeoutError) and d.expired:
                 error = f"TTRExceeded: handler still running after its {task.ttr:g}s lease"
+                log.warning(
+                    "handler for %s/%s ran past its TTR of %gs on attempt %d of %d; cancelled",
+                    topic.name, d.task_id, task.ttr, task.attempt, task.max_attempts,
+                )  # fmt: skip
             else:
                 error = f"{type(exc).__name__}: {exc}"
                 log.warning(
@@ -194,7 +207,11 @@ class Executor:
             )  # fmt: skip
         except DelayqError as exc:
             # The lease stays in Redis and expires: the task is redelivered, not lost.
-            log.warning("could not record the outcome of %s/%s (%s)", d.topic.name, d.task_id, exc)
+            what = f"recording the outcome of {d.topic.name}/{d.task_id}"
+            if isinstance(exc, RedisUnavailableError):
+                self._outage.failed(what, exc)
+            else:
+                log.warning("%s failed (%s)", what, exc)
             return
         self._held.pop((d.topic.name, d.task_id), None)
         if outcome == 0 and mode == "release":

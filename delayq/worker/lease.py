@@ -24,6 +24,11 @@ def local_deadline(started: float, lease_ms: int) -> float:
     return started + (lease_ms - margin_ms) / 1000
 
 
+def ttr_exceeded(d: Delivery) -> str:
+    """Why ``d``'s handler was cancelled at its deadline (the cancel's message)."""
+    return f"TTR exceeded: {d.topic.name}/{d.task_id} ran past its TTR of {d.ttr:g}s"
+
+
 @dataclass(slots=True, eq=False)
 class Delivery:
     """A leased task held by this worker."""
@@ -42,6 +47,11 @@ class Delivery:
     expired: bool = False  # the deadline passed before the delivery was done
     runner: asyncio.Task[Any] | None = field(default=None)  # the task running its handler
     cancels_before: int = 0  # runner.cancelling() when the handler started
+
+    @property
+    def ttr(self) -> float:
+        """The lease's length in seconds: the task's own TTR, else its topic's."""
+        return (self.envelope.ttr_ms or self.topic.options.ttr_ms) / 1000
 
     def times(self) -> str:
         """``"started,ended"``: the handler's run in Redis ms, for history (the lease's time
@@ -119,7 +129,9 @@ class Deadlines:
         for d in pending:
             d.expired = True
             if d.runner is not None:
-                d.runner.cancel()
+                # The message tells middleware that sees the CancelledError why: a stop's
+                # cancel carries none.
+                d.runner.cancel(msg=ttr_exceeded(d))
 
 
 class Slots:

@@ -13,9 +13,13 @@ At start a keeper *claims* the chain: one left by a schedule with another finger
 (the code changed) is replaced, its waiting tick deleted.  After that it only *advances*
 it, and stands aside if a worker with yet another schedule claimed it since.
 
-Ticks are *missed* when no keeper could schedule them before they were due (no worker
-ran, or Redis was down); ``catch_up`` decides what runs then: ``"latest"`` the most
-recent missed tick, ``"all"`` every one (at most :data:`MAX_CATCH_UP`), ``"none"`` none.
+Ticks are *missed* when no worker was there when they fell due (none ran, or Redis was
+down).  That includes the tick stored a period ahead: a keeper's first look at a due tick
+(tick_look.lua) comes when it falls due if any worker of the schedule runs, so a first
+look more than :data:`ON_TIME_MS` late marks it missed.  ``catch_up`` decides what runs
+then (:func:`delayq.ticks.after_last`): ``"latest"`` the most recent missed tick,
+``"all"`` every one (at most :data:`MAX_CATCH_UP`), ``"none"`` none; a missed tick left
+out is dropped from the schedule in the same script that stores the next one.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from delayq.cancellation import first_of, raise_if_cancelling
-from delayq.errors import DelayqError
+from delayq.errors import DelayqError, RedisUnavailableError
 from delayq.pacing import RetryPacing
-from delayq.ticks import MAX_CATCH_UP, tick_id
+from delayq.ticks import MAX_CATCH_UP, after_last, tick_id
 
 if TYPE_CHECKING:
     import asyncio
 
+    from delayq.pacing import Outage
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts, TickMode
     from delayq.ticks import PeriodicOptions
@@ -41,6 +46,10 @@ RECHECK = 10.0
 """Longest sleep of a keeper: bounds how long a chain that lost its state (a Redis without
 persistence restarted) or was claimed by another schedule goes unnoticed."""
 TICK_BODY = b"null"
+ON_TIME_MS = 5_000
+"""How late a keeper's first look at a due tick may come and the tick still count as late
+rather than missed: a live worker's keeper wakes when the tick falls due, give or take its
+event loop's lag and a round trip to Redis."""
 
 
 class Keeper:
@@ -52,6 +61,7 @@ class Keeper:
         periodic: its schedule and catch-up mode.
         wake: set on a wake-up of the topic (a tick was stored, or someone moved time).
         stopping: set when the worker stops.
+        outage: the worker's, told whether each look at the chain reached Redis.
     """
 
     def __init__(
@@ -61,8 +71,10 @@ class Keeper:
         periodic: PeriodicOptions,
         wake: asyncio.Event,
         stopping: asyncio.Event,
+        outage: Outage,
     ) -> None:
         self._scripts = scripts
+        self._outage = outage
         self._keys = keys
         self._periodic = periodic
         self._wake = wake
@@ -80,31 +92,50 @@ class Keeper:
                 pause = await self.step()
             except DelayqError as exc:
                 pause = pacing.failed()
-                log.warning(
-                    "periodic %r: scheduling its next tick failed (%s); retrying in %.2fs",
-                    self._keys.topic, exc, pause,
-                )  # fmt: skip
+                if isinstance(exc, RedisUnavailableError):
+                    self._outage.failed(f"periodic {self._keys.topic!r}'s next tick", exc)
+                else:
+                    log.warning(
+                        "periodic %r: scheduling its next tick failed (%s); retrying in %.2fs",
+                        self._keys.topic, exc, pause,
+                    )  # fmt: skip
             else:
                 pacing.succeeded()
+                self._outage.reachable()
             if pause > 0:
                 await self._sleep(pause)
+
+    async def first_look(self) -> None:
+        """Step once before the worker leases anything, so that a stored tick that was missed
+        is dropped (when ``catch_up`` skips it) before this worker could lease it.  A failure
+        is only logged: :meth:`run` retries."""
+        try:
+            await self.step()
+        except DelayqError as exc:
+            log.warning("periodic %r: its first look failed (%s)", self._keys.topic, exc)
 
     async def step(self) -> float:
         """Look at the chain once and schedule a tick if one is due; returns how long to
         sleep before looking again (0: at once)."""
-        now, owner, last = await self._scripts.tick_state(self._keys)
         schedule = self._periodic.schedule
+        looked = await self._scripts.tick_look(self._keys, schedule.fingerprint, ON_TIME_MS)
+        now, owner, last, missed = looked
         mine = owner == schedule.fingerprint
         if mine and last > now:
             return min((last - now) / 1000, RECHECK)  # the next tick is already scheduled
         if owner is not None and not mine and self._mode == "advance":
             self._superseded()
             return RECHECK
-        tick = self.choose(last if mine and last >= 0 else None, now)
+        tick, drop = self.choose(last if mine and last >= 0 else None, now, missed)
+        dropped = last
         status, now, last = await self._scripts.tick(
             self._keys, mode=self._mode, fingerprint=schedule.fingerprint, tick_ms=tick,
-            task_id=tick_id(tick), body=TICK_BODY,
+            task_id=tick_id(tick), body=TICK_BODY, drop_missed=drop,
         )  # fmt: skip
+        if status == 1 and drop:
+            log.info("periodic %r: tick %s was missed (no worker ran when it fell due); "
+                     "catch_up=%r skips it", self._keys.topic, tick_id(dropped),
+                     self._periodic.catch_up)  # fmt: skip
         if status == 1:
             if self._mode == "claim":
                 log.info("periodic %r: %s, next tick %s", self._keys.topic,
@@ -116,27 +147,19 @@ class Keeper:
             return RECHECK
         return 0  # another keeper scheduled it first: read the chain again
 
-    def choose(self, last: int | None, now: int) -> int:
-        """The tick to schedule after the chain's ``last`` (None: a new chain), at ``now``."""
+    def choose(self, last: int | None, now: int, missed: bool = False) -> tuple[int, bool]:
+        """The tick to schedule after the chain's ``last`` (None: a new chain), at ``now``,
+        and whether to drop ``last`` first (it was ``missed``; see the module docstring)."""
         schedule = self._periodic.schedule
         if last is None:
-            return schedule.next_after(now)
-        following = schedule.next_after(last)
-        if following > now:
-            return following  # nothing missed: the usual case
-        mode = self._periodic.catch_up
-        if mode == "none":
-            return schedule.next_after(now)
-        if mode == "latest":
-            return schedule.ticks_back(now, 1)[0]
-        missed = [tick for tick in schedule.ticks_back(now, MAX_CATCH_UP + 1) if tick > last]
-        if len(missed) > MAX_CATCH_UP:
+            return schedule.next_after(now), False
+        tick, drop = after_last(self._periodic, last, now, missed)
+        if self._periodic.catch_up == "all" and tick > schedule.next_after(last):
             log.warning(
                 "periodic %r: more than %d ticks were missed; catching up from %s",
-                self._keys.topic, MAX_CATCH_UP, tick_id(missed[MAX_CATCH_UP - 1]),
+                self._keys.topic, MAX_CATCH_UP, tick_id(tick),
             )  # fmt: skip
-            return missed[MAX_CATCH_UP - 1]
-        return following
+        return tick, drop
 
     def _superseded(self) -> None:
         if not self._warned_superseded:

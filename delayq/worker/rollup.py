@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from delayq.events import TaskEvent
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
-    from delayq.topic import Topic
+    from delayq.topic import Topic, TopicOptions
     from delayq.worker.source import TaskSource
 
 log = logging.getLogger("delayq.worker")
@@ -46,13 +46,13 @@ COUNTED = frozenset(("acked", "retried", "dead"))
 
 
 async def prepare(queue: TaskSource, topics: Sequence[Topic[Any]]) -> Rollup | None:
-    """At a worker's start: record its topics (for stats) and their history settings (for
-    cancels from any process); with history, return the activity counter, registered as
-    an event listener on the queue."""
+    """At a worker's start: record its topics (for stats) and their settings (history for
+    cancels from any process, the TTR and attempt limit for lookups); with history, return
+    the activity counter, registered as an event listener on the queue."""
     try:
         await queue.announce(t.name for t in topics)
-        caps = {k: t.options.history for t in topics for k in queue.shard_keys(t.name)}
-        await record_history_settings(queue.redis, caps)
+        options = {k: t.options for t in topics for k in queue.shard_keys(t.name)}
+        await record_settings(queue.redis, options)
     except DelayqError as exc:
         # Both feed reads and cancels elsewhere; consuming must not depend on them.
         log.warning("could not record topics and their settings: %s", exc)
@@ -64,13 +64,15 @@ async def prepare(queue: TaskSource, topics: Sequence[Topic[Any]]) -> Rollup | N
     return rollup
 
 
-async def record_history_settings(redis: Redis, caps: Mapping[TopicKeys, int]) -> None:
-    """Store each topic's history setting where scripts run by any process (a cancel from
-    the CLI) find it: ``<prefix>meta`` field ``history`` (absent: none)."""
+async def record_settings(redis: Redis, options: Mapping[TopicKeys, TopicOptions]) -> None:
+    """Store each topic's settings where any process finds them, in ``<prefix>meta``:
+    ``history`` (absent: none) for scripts (a cancel from the CLI), and ``ttr_ms`` and
+    ``max_attempts`` for lookups from a process that did not register the topic."""
     async with redis_errors(), redis.pipeline(transaction=False) as pipe:
-        for keys, cap in caps.items():
-            if cap:
-                pipe.hset(keys.meta, "history", cap)
+        for keys, o in options.items():
+            pipe.hset(keys.meta, mapping={"ttr_ms": o.ttr_ms, "max_attempts": o.max_attempts})
+            if o.history:
+                pipe.hset(keys.meta, "history", o.history)
             else:
                 pipe.hdel(keys.meta, "history")
         await pipe.execute()

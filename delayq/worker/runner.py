@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
@@ -31,13 +30,9 @@ import anyio
 from delayq.bounds import bounded_int
 from delayq.cancellation import cancel_all, first_of, raise_if_cancelling
 from delayq.duration import Duration, to_seconds
-from delayq.errors import (
-    DelayqError,
-    InvalidInputError,
-    LifespanError,
-)
+from delayq.errors import DelayqError, InvalidInputError, LifespanError, RedisUnavailableError
 from delayq.middleware import lifespan_context
-from delayq.pacing import RetryPacing
+from delayq.pacing import Outage, RetryPacing
 from delayq.redis.checks import wait_for_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope
@@ -50,6 +45,7 @@ from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 from delayq.worker.periodic import Keeper
 from delayq.worker.report import Reporter, log_skipped, tell_reclaimed
 from delayq.worker.rollup import prepare
+from delayq.worker.signals import install_signals
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
@@ -116,14 +112,16 @@ class Worker:
         self._running = 0
         self._idle = asyncio.Event()
         self._shards = [(t, keys) for t in self.topics for keys in queue.shard_keys(t.name)]
-        self._wakeup = Wakeup(queue.redis, [keys.wake for _, keys in self._shards])
+        # One for all the worker's loops: an outage is one WARNING, not one per loop and retry.
+        self._outage = Outage(log)
+        self._wakeup = Wakeup(queue.redis, [keys.wake for _, keys in self._shards], self._outage)
         self._embedded: asyncio.Task[None] | None = None
         self.threads = concurrency if threads is None else threads
         bounded_int(self.threads, "threads", 1)
         self._executor = Executor(
             queue.scripts, self._deadlines, self._held,
             max_body_bytes=queue.max_body_bytes, ack_limit=concurrency,
-            reporter=Reporter(queue.hooks, on_outcome),
+            reporter=Reporter(queue.hooks, on_outcome), outage=self._outage,
         )  # fmt: skip
 
     def stop(self) -> None:
@@ -222,6 +220,8 @@ class Worker:
         signals = install_signals(loop, self.stop) if handle_signals else []
         names = [t.name for t in self.topics]
         log.info("worker started: topics=%s concurrency=%d", names, self.concurrency)
+        for keeper in (keepers := self._keepers()):  # before any lease: see its docstring
+            await keeper.first_look()
         # Consumers live outside the TaskGroup: a handler that ignores cancellation (some
         # libraries swallow it on Python 3.11) must not keep run() from returning.
         consumers = [asyncio.create_task(self._consume()) for _ in range(self.concurrency)]
@@ -230,7 +230,7 @@ class Worker:
                 wakeup = group.create_task(self._wakeup.run(), name="delayq-wakeup")
                 acker = group.create_task(self._executor.acker.run(), name="delayq-acker")
                 fetchers = [group.create_task(self._fetch(t, k)) for t, k in self._shards]
-                fetchers += [group.create_task(keeper.run()) for keeper in self._keepers()]
+                fetchers += [group.create_task(keeper.run()) for keeper in keepers]
                 await self._stopping.wait()
                 await self._shutdown(fetchers, consumers, acker)
                 wakeup.cancel()
@@ -255,13 +255,12 @@ class Worker:
             if topic.options.periodic is not None:
                 keys = self.queue.keys(topic.name)
                 wake = self._wakeup.listener(keys.wake)
-                keepers.append(
-                    Keeper(self.queue.scripts, keys, topic.options.periodic, wake, self._stopping)
-                )
+                keepers.append(Keeper(self.queue.scripts, keys, topic.options.periodic, wake,
+                                      self._stopping, self._outage))  # fmt: skip
         return keepers
 
     async def _wait_for_redis(self) -> None:
-        await wait_for_server(self.queue.redis)
+        await wait_for_server(self.queue.redis, self._outage)
 
     # -- fetching ---------------------------------------------------------------------------
 
@@ -285,10 +284,15 @@ class Worker:
             except DelayqError as exc:
                 self._slots.give(wanted)
                 pause = pacing.failed()
-                log.warning("reserve on %r failed (%s); retrying in %.2fs", topic.name, exc, pause)
+                if isinstance(exc, RedisUnavailableError):
+                    self._outage.failed(f"reserve on {topic.name!r}", exc)
+                else:
+                    log.warning("reserve on %r failed (%s); retrying in %.2fs",
+                                topic.name, exc, pause)  # fmt: skip
                 await self._sleep(wake, pause)
                 continue
             pacing.succeeded()
+            self._outage.reachable()
             if found.skipped:
                 log_skipped(topic.name, found.skipped)
             if found.reclaimed and self.queue.hooks.listeners:
@@ -384,15 +388,3 @@ class Worker:
             return
         log.info("releasing %d task(s): %s", len(deliveries), reason)
         await asyncio.gather(*(self._executor.nack(d, "release", 0, "") for d in deliveries))
-
-
-def install_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> list[int]:
-    """Call ``stop`` on SIGINT and SIGTERM; returns the signals it could install."""
-    installed: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop)
-        except (ValueError, RuntimeError, NotImplementedError):
-            continue  # not the main thread, or no signal support: stop() still works
-        installed.append(sig)
-    return installed

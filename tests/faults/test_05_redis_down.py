@@ -122,7 +122,9 @@ async def test_05_sigterm_while_redis_is_down(
     gave up (or succeeded) and then waited on that event forever: the worker never exited.
     """
     server = make_redis_server()
-    worker = await spawn_worker(server, concurrency=2, grace=0.5).started()
+    # DEBUG: during an outage only its first failure is a WARNING (pacing.Outage).
+    env = {"DELAYQ_LOG_LEVEL": "DEBUG"}
+    worker = await spawn_worker(server, concurrency=2, grace=0.5, env=env).started()
     producer = Producer(make_queue(server.url))
     await producer.send("ack-pending", body={"plan": {"1": [["sleep", 300]]}})
     await wait_for(lambda: read_log(log_dir), 5, "the handler to start")

@@ -224,4 +224,5 @@ async def test_10_key_of_the_wrong_type(
     report.publish(record_property)
     admin.close()
     assert_no_loss(report)
-    assert worker.held == 0 or worker.held <= 4
+    # Leases of the last deliveries may still be settling on a loaded host: held drains.
+    await wait_for(lambda: worker.held <= 4, 5, "the worker's leases to settle")

@@ -82,3 +82,44 @@ def test_sigterm_ends_long_polls_and_stops_cleanly(
     log = web.log.read_text()
     assert "Traceback" not in log, log
     assert " ERROR " not in log, log
+
+
+def test_sigterm_after_serving_the_dashboard_logs_no_error(
+    redis_server: PrivateRedis, queue_name: str, tmp_path: Path
+) -> None:
+    """The static files are read in a worker thread, which is still alive at the stop: it
+    runs no handler, so the exit does not count it as one."""
+    with WebServer(redis_server.url, queue_name, tmp_path) as web:
+        for path in ("/", "/static/app.js"):
+            with urllib.request.urlopen(web.url + path, timeout=10) as response:
+                assert response.status == 200 and response.read()
+        assert web.stop() == 0
+    log = web.log.read_text()
+    assert " ERROR " not in log, log
+    assert "Traceback" not in log, log
+
+
+def test_strict_topics_refuses_a_topic_the_app_does_not_register(
+    redis_server: PrivateRedis, queue_name: str, tmp_path: Path
+) -> None:
+    where = ["tests.apps.counting:queue", "--strict-topics"]
+    with WebServer(redis_server.url, queue_name, tmp_path, where=where) as web:
+        status, refused = call(
+            f"{web.url}/api/topics/fial/tasks", "POST", {"body": {}}, TOKENS["produce"]
+        )
+        assert (status, refused["error"]) == (404, "unknown_topic"), refused  # type: ignore[index]
+        assert "did you mean 'fail'" in refused["message"]  # type: ignore[index]
+        status, sent = call(
+            f"{web.url}/api/topics/fail/tasks", "POST", {"body": {}}, TOKENS["produce"]
+        )
+        assert status == 201, sent
+        assert web.stop() == 0
+
+
+def test_strict_topics_without_an_app_is_refused(redis_server: PrivateRedis) -> None:
+    done = subprocess.run(  # noqa: PLW1510  (the return code is the point)
+        [sys.executable, "-m", "delayq", "web", "--url", redis_server.url, "--strict-topics"],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--strict-topics needs an app" in done.stderr

@@ -7,21 +7,36 @@
 -- other (body ARGV[5], due at its tick time even when that has passed, topic defaults).
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)   KEYS[3] dead (ZSET)   KEYS[4] errors (HASH)
--- KEYS[5] periodic (HASH fp, last, id)
+-- KEYS[5] periodic (HASH fp, last, id, judged, missed: see tick_look.lua)
 -- ARGV[1] 'advance' (refuse if the chain has another fingerprint) or 'claim' (replace it)
 -- ARGV[2] fingerprint   ARGV[3] tick ms   ARGV[4] the tick's task id   ARGV[5] body JSON
--- ARGV[6] wake channel
+-- ARGV[6] wake channel   ARGV[7] '1': first drop the chain's last tick if tick_look.lua
+-- judged it missed and it still waits (catch_up skips it), else ''
 -- Returns: {status, now_ms, last_ms or -1 when none}
 --   1 scheduled (or already live under that id) | 0 refused: not later than the last tick
 --   scheduled | -1 refused: the chain belongs to another schedule (advance)
 -- claim: a chain of another fingerprint is replaced: its waiting tick is deleted (one
 -- already running is left to finish), its `last` forgotten, then the tick is scheduled.
--- Also counts the schedule's changes in <prefix>meta (see _layout.lua).
+-- A tick stored when its time has already come (a missed one caught up) is judged at once,
+-- on time: it is late on purpose.  Also counts the schedule's changes in <prefix>meta
+-- (see _layout.lua).
 --@include _envelope
 --@include _layout
 local prefix, wheel, dead, errors, periodic = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mode, fingerprint, tick, id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local body, channel = ARGV[5], ARGV[6]
+local body, channel, drop = ARGV[5], ARGV[6], ARGV[7] == '1'
+
+-- Delete task `waiting` (the chain's last tick) if it still waits in the schedule: one
+-- already running is left to finish.
+local function drop_waiting(waiting)
+  local raw = read_header(prefix, waiting)
+  local e = raw and parse_header(raw)
+  if e and schedule_remove(prefix, wheel, waiting, e.due) then
+    schedule_changed(prefix, wheel, -1)
+    delete_task(prefix, waiting)
+    redis.call('HDEL', errors, waiting)
+  end
+end
 
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
   [periodic] = 'hash', [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash' })
@@ -30,8 +45,9 @@ if bad then
   return bad
 end
 local now = now_ms()
-local state = redis.call('HMGET', periodic, 'fp', 'last', 'id')
+local state = redis.call('HMGET', periodic, 'fp', 'last', 'id', 'judged', 'missed')
 local owner, last, last_id = state[1], tonumber(state[2]), state[3]
+local missed = last and tonumber(state[4]) == last and state[5] == '1'
 
 if owner and owner ~= fingerprint then
   if mode ~= 'claim' then
@@ -39,18 +55,15 @@ if owner and owner ~= fingerprint then
   end
   -- A changed schedule: the old chain's waiting tick goes, so the chains are not doubled.
   if last_id then
-    local raw = read_header(prefix, last_id)
-    local e = raw and parse_header(raw)
-    if e and schedule_remove(prefix, wheel, last_id, e.due) then
-      schedule_changed(prefix, wheel, -1)
-      delete_task(prefix, last_id)
-      redis.call('HDEL', errors, last_id)
-    end
+    drop_waiting(last_id)
   end
-  last = nil
+  last, missed = nil, false
 end
 if last and tick <= last then
   return { 0, now, last }
+end
+if drop and missed and last_id then
+  drop_waiting(last_id)
 end
 
 local header = read_header(prefix, id)
@@ -74,4 +87,7 @@ if not live then
     new_header('0', '0', int_text(now), int_text(tick)), body_field(id), body)
 end
 redis.call('HSET', periodic, 'fp', fingerprint, 'last', int_text(tick), 'id', id)
+if tick <= now then
+  redis.call('HSET', periodic, 'judged', int_text(tick), 'missed', '0')
+end
 return { 1, now, tick }
