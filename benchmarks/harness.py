@@ -352,7 +352,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios",
-        help=f"comma-separated scenarios (default: {','.join(DEFAULT_SCENARIOS)}; also: scale)",
+        help=f"comma-separated scenarios (default: {','.join(DEFAULT_SCENARIOS)}; also: scale, observe)",
     )
     parser.add_argument("--no-chart", action="store_true", help="skip the chart")
     parser.add_argument(

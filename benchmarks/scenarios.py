@@ -320,6 +320,20 @@ def ceiling(ctx: Context, lib: str | None) -> dict[str, Any]:
     )
 
 
+# --------------------------------------------------------------------------- 7. observe
+
+
+OBSERVE_KEY = "delayq_observed"
+
+
+def observe(ctx: Context, lib: str | None) -> dict[str, Any]:
+    """delayq's worker CPU per task with metrics, history and sampled tracing, beside a
+    plain drain, and its own CPU per recorded consumer span over the SDK's (dev
+    interpreter, one process: :mod:`benchmarks.observe`)."""
+    ctx.reset()
+    return ctx.runner.run_module("benchmarks.observe", 600, n=ctx.counts.drain)
+
+
 @dataclass(frozen=True)
 class Scenario:
     run: Callable[[Context, Any], dict[str, Any]]
@@ -337,4 +351,6 @@ SCENARIOS: dict[str, Scenario] = {
     "cost": Scenario(cost),
     "ceiling": Scenario(ceiling, once=True),
     "scale": Scenario(scale, default=False),  # fills 1M tasks per library: minutes
+    # what metrics, history and tracing cost a drain (benchmarks/observe.py)
+    "observe": Scenario(observe, once=True, default=False, key=OBSERVE_KEY),
 }

@@ -6,7 +6,7 @@ tasks fire on Redis's clock, milliseconds after they are due, at least once.
 
 import logging
 
-from delayq.admin import Admin
+from delayq.admin import Admin, RunningPage
 from delayq.backoff import Backoff
 from delayq.consumer import Consumer, LeasedTask, NackResult
 from delayq.duration import Duration
@@ -34,8 +34,8 @@ from delayq.errors import (
     UnsupportedShardingError,
 )
 from delayq.events import Hooks, Sending, TaskEvent
+from delayq.fleet import WorkerInfo
 from delayq.limits import RateLimit
-from delayq.manage import RunningPage
 from delayq.middleware import CallNext, Middleware
 from delayq.queue import Queue
 from delayq.redis.durability import Durability
@@ -97,6 +97,7 @@ __all__ = [
     "UpcomingPage",
     "UpcomingTask",
     "Worker",
+    "WorkerInfo",
     "__version__",
 ]
 

@@ -3,11 +3,18 @@ now, every dead letter at once, and forgetting a topic that holds nothing."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import heapq
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
 
+from pydantic import BaseModel
+
+from delayq.bounds import bounded_int
 from delayq.duration import Duration, to_millis
-from delayq.manage import RunningPage, dead_bulk, forget, leased
-from delayq.redis.keys import check_topic
+from delayq.redis.keys import check_topic, topics_key
+from delayq.redis.translate import redis_errors
+from delayq.task import TaskInfo, from_millis, stored_task_info
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -17,6 +24,85 @@ if TYPE_CHECKING:
     from delayq.redis.scripts import Scripts
     from delayq.shards import ShardMap
     from delayq.topic import TopicOptions
+
+
+DEAD_BATCH = 500
+"""Dead letters one script call replays or deletes: a call stays well under a millisecond
+of Redis's time, so a topic of a million letters never blocks other clients for long."""
+
+
+async def dead_bulk(
+    scripts: Scripts,
+    shards: ShardMap,
+    topic: str,
+    mode: Literal["replay", "delete"],
+    history: int = 0,
+) -> int:
+    """Replay or delete every dead letter of ``topic``, :data:`DEAD_BATCH` per script call
+    (see :meth:`Admin.replay_dead`). Returns how many."""
+    done = 0
+    for keys in await shards.every(topic):
+        while True:
+            count = await scripts.dead_bulk(keys, mode, DEAD_BATCH, history)
+            if not count:
+                break
+            done += count
+    return done
+
+
+async def forget(
+    redis: Redis,
+    scripts: Scripts,
+    shards: ShardMap,
+    queue_name: str,
+    topic: str,
+    idle_ms: int | None = None,
+) -> bool:
+    """Clean ``topic``'s stored state and drop it from the topic set if it holds no task
+    (see :meth:`Admin.forget`). Returns whether it was forgotten."""
+    every = await shards.every(topic)
+    # Every shard must agree first: a sweep's call only deletes a shard seen idle that long.
+    for keys in every:
+        if not await scripts.forget(keys, idle_ms):
+            return False
+    async with redis_errors():
+        await redis.srem(topics_key(queue_name), topic)
+    return True
+
+
+class RunningPage(BaseModel):
+    """A page of a topic's leased tasks (:meth:`Admin.running`)."""
+
+    now: datetime
+    """Redis's time when read: a lease whose deadline is before it has expired, and the
+    next lease of its topic reclaims the task (runs it again, or dead-letters it)."""
+    total: int
+    """Leases the topic holds."""
+    tasks: list[TaskInfo]
+    """Soonest lease deadline first, each with its ``lease_deadline``."""
+
+
+async def leased(
+    scripts: Scripts, shards: ShardMap, topic: str, limit: int, offset: int
+) -> RunningPage:
+    """A page of ``topic``'s leased tasks (see :meth:`Admin.running`)."""
+    bounded_int(limit, "limit", 1, 500)
+    bounded_int(offset, "offset", 0)
+    every = await shards.every(topic)
+    if len(every) == 1:
+        now, total, rows = await scripts.running(every[0], offset=offset, limit=limit)
+    else:
+        pages = await asyncio.gather(*(
+            scripts.running(k, offset=0, limit=offset + limit) for k in every
+        ))  # fmt: skip
+        now, total = max(p[0] for p in pages), sum(p[1] for p in pages)
+        merged = heapq.merge(*(page[2] for page in pages), key=lambda r: (r[3], r[0]))
+        rows = list(merged)[offset : offset + limit]
+    tasks = [
+        stored_task_info(topic, task_id, "reserved", raw, error, ends, from_millis(ends), None)
+        for task_id, raw, error, ends in rows
+    ]
+    return RunningPage(now=from_millis(now), total=total, tasks=tasks)
 
 
 class Admin:

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Protocol
 
 from delayq.bounds import bounded_int
 from delayq.redis.keys import check_task_id, check_topic, topics_key
@@ -25,6 +22,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis, RedisCluster
 
+    from delayq.parts import QueueParts
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
     from delayq.shards import ShardMap
@@ -85,17 +83,18 @@ async def topic_names(redis: Redis, queue_name: str) -> list[str]:
     return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
 
 
-async def topic_stats(
-    scripts: Scripts, shards: ShardMap, redis: Redis, queue_name: str, topics: Iterable[str] | None
-) -> dict[str, TopicStats]:
+async def topic_stats(parts: QueueParts, topics: Iterable[str] | None) -> dict[str, TopicStats]:
     """Counts and controls of each of ``topics`` (default: every topic the queue has used)
-    that holds tasks or is controlled (see :meth:`delayq.Queue.stats`)."""
+    that holds tasks or is controlled, with its live consumers (see
+    :meth:`delayq.Queue.stats`)."""
     if topics is None:
-        names = await topic_names(redis, queue_name)
+        names = await topic_names(parts.redis, parts.name)
     else:
         names = [check_topic(t) for t in topics]
+    scripts, shards = parts.scripts, parts.shards
     result: dict[str, TopicStats] = {}
-    for topic in names:
+    _now, consumers, _ = await parts.registry.consumers(names) if names else (0, [], [])
+    for topic, consuming in zip(names, consumers, strict=True):
         every = await shards.every(topic)
         if len(every) == 1:
             shares = [await scripts.stats(every[0])]
@@ -105,10 +104,13 @@ async def topic_stats(
         delayed, ready = sum(s.delayed for s in shares), sum(s.ready for s in shares)
         reserved, dead = sum(s.reserved for s in shares), sum(s.dead for s in shares)
         controlled = c.paused or c.rate_limit or c.max_running
+        oldest = min((s.oldest_ready_ms for s in shares if s.oldest_ready_ms >= 0), default=-1)
         if delayed or ready or reserved or dead or controlled:
             result[topic] = TopicStats(
                 delayed=delayed, ready=ready, reserved=reserved, dead=dead,
                 paused=c.paused, rate_limit=c.rate_limit, max_running=c.max_running,
+                consumers=consuming,
+                oldest_ready_age=max(c.now_ms - oldest, 0) / 1000 if oldest >= 0 else None,
             )  # fmt: skip
     return result
 
@@ -150,82 +152,3 @@ async def set_controls(
     """Write ``fields`` into the ``controls`` hash of every shard of ``topic``."""
     for keys in await shards.every(topic):
         await scripts.control(keys, fields)
-
-
-DEAD_BATCH = 500
-"""Dead letters one script call replays or deletes: a call stays well under a millisecond
-of Redis's time, so a topic of a million letters never blocks other clients for long."""
-
-
-async def dead_bulk(
-    scripts: Scripts,
-    shards: ShardMap,
-    topic: str,
-    mode: Literal["replay", "delete"],
-    history: int = 0,
-) -> int:
-    """Replay or delete every dead letter of ``topic``, :data:`DEAD_BATCH` per script call
-    (see :meth:`delayq.admin.Admin.replay_dead`). Returns how many."""
-    done = 0
-    for keys in await shards.every(topic):
-        while True:
-            count = await scripts.dead_bulk(keys, mode, DEAD_BATCH, history)
-            if not count:
-                break
-            done += count
-    return done
-
-
-async def forget(
-    redis: Redis,
-    scripts: Scripts,
-    shards: ShardMap,
-    queue_name: str,
-    topic: str,
-    idle_ms: int | None = None,
-) -> bool:
-    """Clean ``topic``'s stored state and drop it from the topic set if it holds no task
-    (see :meth:`delayq.admin.Admin.forget`). Returns whether it was forgotten."""
-    every = await shards.every(topic)
-    # Every shard must agree first: a sweep's call only deletes a shard seen idle that long.
-    for keys in every:
-        if not await scripts.forget(keys, idle_ms):
-            return False
-    async with redis_errors():
-        await redis.srem(topics_key(queue_name), topic)
-    return True
-
-
-class RunningPage(BaseModel):
-    """A page of a topic's leased tasks (:meth:`delayq.admin.Admin.running`)."""
-
-    now: datetime
-    """Redis's time when read: a lease whose deadline is before it has expired, and the
-    next lease of its topic reclaims the task (runs it again, or dead-letters it)."""
-    total: int
-    """Leases the topic holds."""
-    tasks: list[TaskInfo]
-    """Soonest lease deadline first, each with its ``lease_deadline``."""
-
-
-async def leased(
-    scripts: Scripts, shards: ShardMap, topic: str, limit: int, offset: int
-) -> RunningPage:
-    """A page of ``topic``'s leased tasks (see :meth:`delayq.admin.Admin.running`)."""
-    bounded_int(limit, "limit", 1, 500)
-    bounded_int(offset, "offset", 0)
-    every = await shards.every(topic)
-    if len(every) == 1:
-        now, total, rows = await scripts.running(every[0], offset=offset, limit=limit)
-    else:
-        pages = await asyncio.gather(*(
-            scripts.running(k, offset=0, limit=offset + limit) for k in every
-        ))  # fmt: skip
-        now, total = max(p[0] for p in pages), sum(p[1] for p in pages)
-        merged = heapq.merge(*(page[2] for page in pages), key=lambda r: (r[3], r[0]))
-        rows = list(merged)[offset : offset + limit]
-    tasks = [
-        stored_task_info(topic, task_id, "reserved", raw, error, ends, from_millis(ends), None)
-        for task_id, raw, error, ends in rows
-    ]
-    return RunningPage(now=from_millis(now), total=total, tasks=tasks)

@@ -22,6 +22,7 @@ from delayq.redis.clients import close_client
 from delayq.redis.cluster import is_cluster
 from delayq.redis.durability import ClusterDurableSender, Durability, durable_sender
 from delayq.redis.keys import TopicKeys, check_queue_name, check_topic
+from delayq.redis.registry import Registry
 from delayq.redis.scripts import Scripts
 from delayq.shards import ShardMap
 from delayq.topic import Topic, TopicOptions
@@ -67,6 +68,7 @@ class QueueParts:
             sharded_wake=self._cluster,
         )  # fmt: skip
         self.history = History(self.redis, self.keys, self.shards.route, self.shards.every)
+        self.registry = Registry(self.redis, self.name)
         self.producer = Producer(
             self.redis, self.scripts, queue=self.name, keys=self.keys, adapter=self._adapter,
             max_body_bytes=max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,

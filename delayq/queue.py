@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Self
 from delayq.codec import DEFAULT_MAX_BODY_BYTES
 from delayq.duration import Duration, to_epoch_millis, to_millis
 from delayq.errors import InvalidInputError
+from delayq.fleet import WorkerInfo, live_workers
 from delayq.manage import dead_letters, get_task, replay, set_controls, topic_names, topic_stats
 from delayq.middleware import (
     Lifespan,
@@ -26,6 +27,7 @@ from delayq.ticks import CatchUp, PeriodicOptions, check_catch_up, schedule
 from delayq.topic import Topic, TopicDecorator, topic_options
 from delayq.upcoming import Timeline, UpcomingPage, timeline, upcoming
 from delayq.worker import Worker
+from delayq.worker.heartbeat import DEFAULT_INTERVAL
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -63,11 +65,11 @@ class Queue:
         self.name, self.redis, self.topics = parts.name, parts.redis, parts.topics
         self.scripts, self.shards, self.durability = parts.scripts, parts.shards, parts.durability
         self.max_body_bytes, self.past_tolerance_ms = parts.max_body_bytes, parts.past_tolerance_ms
-        self.hooks, self.history, self.admin = parts.hooks, parts.history, parts.admin
+        self.hooks, self.history, self.registry = parts.hooks, parts.history, parts.registry
         self.middlewares: list[Middleware] = []
         self.lifespan_factory: Lifespan | None = None
-        self.consumer = parts.consumer
-        """Lease, ack, nack and extend tasks without a handler (:class:`~delayq.Consumer`)."""
+        self.consumer, self.admin = parts.consumer, parts.admin
+        """Handler-less leases (:class:`~delayq.Consumer`); a topic as a whole (:class:`~delayq.Admin`)."""
         self.keys, self.shard_keys, self.announce = parts.keys, parts.shard_keys, parts.announce
         self.check_shards, self.topic_options = parts.check_shards, parts.topic_options
 
@@ -300,7 +302,11 @@ class Queue:
     async def stats(self, topics: Iterable[str] | None = None) -> dict[str, TopicStats]:
         """Count tasks per state, with the controls, for each topic of this queue (or of
         ``topics``) that holds any task, or is paused or limited (:class:`~delayq.TopicStats`)."""
-        return await topic_stats(self.scripts, self.shards, self.redis, self.name, topics)
+        return await topic_stats(self._parts, topics)
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The live workers and ``delayq web`` processes (:class:`~delayq.WorkerInfo`)."""
+        return await live_workers(self.registry)
 
     async def dead_letters(self, topic: str, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
         """List a topic's dead letters, oldest first, with their last error; of a sharded
@@ -341,15 +347,11 @@ class Queue:
 
     async def run_worker(
         self, concurrency: int = 50, topics: Iterable[str] | None = None, grace: Duration = 10.0, *,
-        handle_signals: bool = True,
+        handle_signals: bool = True, heartbeat: Duration = DEFAULT_INTERVAL,
     ) -> None:  # fmt: skip
-        """Consume this queue's registered topics until cancelled or SIGINT/SIGTERM, with a
-        :class:`~delayq.Worker` (``concurrency``, ``topics`` and ``grace`` as there).
-
-        Args:
-            handle_signals: install SIGINT/SIGTERM handlers that stop the worker gracefully.
-        """
-        worker = Worker(self, concurrency=concurrency, topics=topics, grace=grace)
+        """Run a :class:`~delayq.Worker` (same arguments) until cancelled, or until SIGINT or
+        SIGTERM with ``handle_signals``, which then stop it gracefully."""
+        worker = self.worker(concurrency, topics, grace, heartbeat=heartbeat)
         await worker.run(handle_signals=handle_signals)
 
     def worker(

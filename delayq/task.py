@@ -159,6 +159,11 @@ class TopicStats(BaseModel):
     """The rate limit its workers enforce (``"100/s"``), as the last worker to start declared it."""
     max_running: int | None = None
     """The cap on its leased tasks that its workers enforce, as the last worker to start declared it."""
+    consumers: int = 0
+    """Live workers (``Queue.workers()``) whose topics include it: 0 with ready tasks means
+    nothing will run them."""
+    oldest_ready_age: float | None = None
+    """Seconds since the oldest ready task fell due, on Redis's clock (None: none is ready)."""
 
 
 class Task(Generic[StateT]):

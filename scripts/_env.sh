@@ -212,6 +212,32 @@ delayq_ensure_chromium() {
     return 0
 }
 
+# Make sure promtool (Debian's `prometheus` package) is on PATH for the tests of contrib/'s
+# Prometheus rules, installing the package when we are root, as for Chromium; its service is
+# not started.  Never fails: without it those tests are skipped, and say why.
+delayq_ensure_promtool() {
+    local policy=/usr/sbin/policy-rc.d made_policy=0
+    if command -v promtool >/dev/null 2>&1; then
+        return 0
+    fi
+    if [[ "$EUID" -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+        _delayq_log "no promtool and cannot install it (needs root and apt-get):"
+        _delayq_log "the Prometheus rules' tests will be skipped (apt-get install prometheus to run them)"
+        return 0
+    fi
+    _delayq_log "installing Debian's prometheus package (promtool, for the rules' tests)"
+    if [[ ! -e "$policy" ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
+    fi
+    if ! { apt-get update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            prometheus >/dev/null; }; then
+        _delayq_log "apt-get install prometheus failed: the rules' tests will be skipped"
+    fi
+    if [[ "$made_policy" -eq 1 ]]; then rm -f "$policy"; fi
+    return 0
+}
+
 # --- release checks: the lowest dependency versions, and the built wheel ---------------------
 
 # Print the sha256 of pyproject.toml (the cache key of the virtualenvs below).

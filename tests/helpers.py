@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     import redis.asyncio
 
-    from delayq import Queue, TaskInfo
+    from delayq import Queue, TaskInfo, TopicStats
     from delayq.redis.keys import TopicKeys
 
 # Tests reserve with a long default lease, so a lease only ends when a test ends it.
@@ -193,3 +193,10 @@ async def assert_counts_exact(redis: redis.asyncio.Redis, keys: TopicKeys) -> No
     """Fail unless the kept count equals a full recount (a topic never scheduled has none)."""
     kept, counted = await recount(redis, keys)
     assert (kept or 0) == counted, f"{keys.topic}: count kept {kept}, recounted {counted}"
+
+
+def counted(stats: dict[str, TopicStats]) -> dict[str, TopicStats]:
+    """``stats`` without what depends on the moment and on live workers (``consumers``,
+    ``oldest_ready_age``): the counts and controls a test can compare exactly."""
+    blank = {"consumers": 0, "oldest_ready_age": None}
+    return {topic: s.model_copy(update=blank) for topic, s in stats.items()}

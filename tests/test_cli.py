@@ -102,7 +102,7 @@ async def test_worker_topics_option_consumes_only_those(
 
 # -- inspecting and managing ------------------------------------------------------------------
 
-NO_CONTROLS = {"paused": False, "rate_limit": None, "max_running": None}
+NO_CONTROLS = {"paused": False, "rate_limit": None, "max_running": None, "consumers": 0}
 
 
 async def test_stats_table_and_json(env: dict[str, str], queue: Queue) -> None:
@@ -117,15 +117,19 @@ async def test_stats_table_and_json(env: dict[str, str], queue: Queue) -> None:
     )
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["topic", "delayed", "ready", "reserved", "dead", "controls"]
-    assert [row.split() for row in rows] == [
-        ["count", "2", "1", "0", "0"],
-        ["slow", "1", "0", "0", "0"],
-    ]
+    assert header.split() == [
+        "topic", "delayed", "ready", "reserved", "dead", "consumers", "oldest", "controls",
+    ]  # fmt: skip
+    count, slow = (row.split() for row in rows)
+    assert count[:6] == ["count", "2", "1", "0", "0", "0"] and count[6].endswith("s")
+    assert slow == ["slow", "1", "0", "0", "0", "0", "-"]
     assert as_json.returncode == 0, as_json.stderr
-    assert json.loads(as_json.stdout) == {
+    listed = json.loads(as_json.stdout)
+    assert listed["count"].pop("oldest_ready_age") >= 0
+    assert listed == {
         "count": {"delayed": 2, "ready": 1, "reserved": 0, "dead": 0} | NO_CONTROLS,
-        "slow": {"delayed": 1, "ready": 0, "reserved": 0, "dead": 0} | NO_CONTROLS,
+        "slow": {"delayed": 1, "ready": 0, "reserved": 0, "dead": 0, "oldest_ready_age": None}
+        | NO_CONTROLS,
     }
 
 
@@ -135,7 +139,10 @@ async def test_stats_with_url_and_name_needs_no_app(
     await queue.send_delayed("anything", {"x": 1}, delay=60)
     bare = app_env(redis_url, "unused")
     del bare["DELAYQ_QUEUE"]
-    expected = {"anything": {"delayed": 1, "ready": 0, "reserved": 0, "dead": 0} | NO_CONTROLS}
+    expected = {
+        "anything": {"delayed": 1, "ready": 0, "reserved": 0, "dead": 0, "oldest_ready_age": None}
+        | NO_CONTROLS
+    }
 
     with_url, from_env = await asyncio.gather(
         cli(bare, "stats", "--url", redis_url, "--name", queue_name, "--json"),

@@ -30,7 +30,10 @@ async def test_replace_gives_a_delayed_task_the_new_body_due_time_and_options(
     )
     assert isinstance(second, SendResult) and (second, second.outcome) == ("d", "replaced")
     info = await stored(queue, "t", "d")
-    assert (info.state, info.body, info.max_attempts) == ("delayed", {"v": 2}, None)
+    # The replacement's options replace the first send's: its max_attempts=7 is gone, so
+    # the topic's default applies, and its ttr is the new one.
+    assert (info.state, info.body, info.max_attempts) == ("delayed", {"v": 2}, 5)
+    assert info.ttr == 9
     due_ms = info.due_at.timestamp() * 1000
     assert before + 60_000 <= due_ms <= await redis_now_ms(redis_client) + 60_000
     assert (await queue.stats())["t"].delayed == 1  # the old schedule entry is gone

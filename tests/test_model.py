@@ -53,6 +53,7 @@ from tests.helpers import (
     DEFAULT_MAX_ATTEMPTS,
     LONG_TTR_MS,
     assert_counts_exact,
+    counted,
     expire_lease,
     queue_keys,
     schedule_entries,
@@ -490,7 +491,7 @@ class QueueMachine(RuleBasedStateMachine):
             key: ([schedules[key[0]].get(key[1]), *flat[3 * n : 3 * n + 3]], infos[n])
             for n, key in enumerate(every)
         }
-        return int(seconds) * 1000 + int(micros) // 1000, rows, await self.queue.stats()
+        return int(seconds) * 1000 + int(micros) // 1000, rows, counted(await self.queue.stats())
 
     @staticmethod
     def check_task(

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from delayq import Queue, manage
+from delayq import Queue, admin
 from delayq.topic import TopicOptions
 from delayq.worker.rollup import record_settings
 
@@ -26,7 +26,7 @@ async def _bury(queue: Queue, topic: str, count: int) -> list[str]:
 async def test_replay_dead_moves_every_letter_back_in_batches(
     queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(manage, "DEAD_BATCH", 2)  # five letters: three script calls
+    monkeypatch.setattr(admin, "DEAD_BATCH", 2)  # five letters: three script calls
     ids = await _bury(queue, "t", 5)
     assert await queue.admin.replay_dead("t") == 5
     counts = (await queue.stats(["t"]))["t"]
@@ -40,7 +40,7 @@ async def test_replay_dead_moves_every_letter_back_in_batches(
 async def test_delete_dead_records_each_as_cancelled_when_the_topic_keeps_history(
     queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(manage, "DEAD_BATCH", 2)
+    monkeypatch.setattr(admin, "DEAD_BATCH", 2)
 
     @queue.topic("h", history=50)
     async def handler(body: object) -> None: ...

@@ -69,6 +69,19 @@ async def test_a_task_is_one_trace_from_send_to_each_attempt(
         first.status.status_code == StatusCode.ERROR
         and first.attributes["error.type"] == "ValueError"
     )
+    # The handler's exception, recorded as the semantic conventions' span event.
+    [raised] = [e for e in first.events if e.name == "exception"]
+    assert raised.attributes["exception.type"] == "ValueError"
+    assert raised.attributes["exception.message"] == "not yet"
+    assert 'raise ValueError("not yet")' in raised.attributes["exception.stacktrace"]
+    assert not [e for e in second.events if e.name == "exception"]
+    # The Redis node the topic lives on.
+    host, port = (
+        queue.redis.connection_pool.connection_kwargs["host"],
+        queue.redis.connection_pool.connection_kwargs["port"],
+    )
+    for span in (send, first, second):
+        assert (span.attributes["server.address"], span.attributes["server.port"]) == (host, port)
     assert second.status.status_code != StatusCode.ERROR
     assert second.attributes["delayq.outcome"] == "acked"
     # The handler's own spans are children of its attempt's span.
@@ -152,3 +165,67 @@ async def test_a_task_leased_over_the_lease_token_api_is_traced(queue: Queue) ->
     assert process.attributes is not None
     assert process.attributes["messaging.message.id"] == task_id
     assert process.attributes["delayq.outcome"] == "acked"
+
+
+async def test_instrumenting_a_queue_twice_records_each_span_once(queue: Queue) -> None:
+    provider, exporter = tracing()
+    first = instrument(queue, tracer_provider=provider)
+    assert instrument(queue, tracer_provider=provider) is first
+    await queue.send("t", {})
+    assert [s.name for s in exporter.get_finished_spans()] == ["send t"]
+    first.uninstrument()
+
+
+async def test_the_instrumentor_traces_every_queue_created_while_on(
+    redis_url: str, queue_name: str
+) -> None:
+    """What ``opentelemetry-instrument`` does in-process: every queue created after
+    ``DelayqInstrumentor().instrument()`` is traced, and none after ``uninstrument()``."""
+    from delayq.otel.instrumentor import DelayqInstrumentor
+
+    provider, exporter = tracing()
+    instrumentor = DelayqInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        queue = Queue.from_url(redis_url, name=queue_name)
+        await queue.send("t", {})
+        [span] = exporter.get_finished_spans()
+        assert span.name == "send t" and span.kind == SpanKind.PRODUCER
+    finally:
+        instrumentor.uninstrument()
+    await queue.send("t", {})  # its hooks were removed
+    later = Queue.from_url(redis_url, name=queue_name)
+    await later.send("t", {})
+    assert len(exporter.get_finished_spans()) == 1
+    await queue.close()
+    await later.close()
+
+
+async def test_every_task_of_a_batch_is_processed_in_its_batchs_trace(
+    queue: Queue, start_worker: StartWorker
+) -> None:
+    """The tasks of one send_many share their sender's context (read once for them all)
+    and each gets its own consumer span, a child of the batch's send span."""
+    provider, exporter = tracing()
+    instrument(queue, tracer_provider=provider)
+    events = Events()
+    queue.hooks.add_listener(events)
+
+    @queue.topic("b")
+    async def handler(body: dict[str, int]) -> None:
+        return None
+
+    first = await queue.send_many("b", [{}, {}, {}])
+    second = await queue.send_many("b", [{}, {}])
+    await start_worker(queue)
+    await events.wait_for("acked", 5)
+    spans = exporter.get_finished_spans()
+    sends = [s for s in spans if s.kind == SpanKind.PRODUCER]
+    processed = {
+        s.attributes["messaging.message.id"]: s for s in spans if s.kind == SpanKind.CONSUMER
+    }
+    assert len(sends) == 2 and len(processed) == 5
+    for ids, send in zip((first, second), sorted(sends, key=lambda s: s.start_time), strict=True):
+        for task_id in ids:
+            assert processed[task_id].parent.span_id == send.context.span_id
+            assert processed[task_id].context.trace_id == send.context.trace_id

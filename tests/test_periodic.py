@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -24,7 +25,7 @@ from delayq.ticks import MAX_CATCH_UP, PeriodicOptions, schedule, tick_id
 from delayq.worker.periodic import Keeper
 from tests.apps.runner import app_env, module_command, run_cli
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import redis_now_ms
+from tests.helpers import redis_now_ms, wait_for
 
 EVERY_MS = 100
 
@@ -237,17 +238,29 @@ async def test_delayq_periodic_lists_topics_and_next_ticks(redis_url: str, queue
         "report.daily": {
             "schedule": "cron 0 3 * * * (Europe/Berlin)",
             "catch_up": "latest",
+            "chain_schedule": None,
             "next_tick": None,
+            "live": False,
         },
-        "cart.sweep": {"schedule": "every 3600s", "catch_up": "all", "next_tick": None},
-    }
+        "cart.sweep": {
+            "schedule": "every 3600s", "catch_up": "all", "chain_schedule": None,
+            "next_tick": None, "live": False,
+        },
+    }  # fmt: skip
     queue = ticking.build(redis_url, queue_name)
     worker = Worker(queue, topics=["cart.sweep"])
     run = asyncio.create_task(worker.run(handle_signals=False))
     try:
         async with asyncio.timeout(5):
-            while await queue.next_tick("cart.sweep") is None:
+            while await queue.next_tick("cart.sweep") is None or not await queue.workers():
                 await asyncio.sleep(0.02)
+        running = await run_cli(
+            module_command("periodic", "tests.apps.ticking:queue", "--json"), env
+        )
+        sweep = json.loads(running.stdout)["cart.sweep"]
+        assert (sweep["live"], sweep["chain_schedule"]) == (True, "every 3600s")
+        assert sweep["next_tick"] is not None
+        assert not json.loads(running.stdout)["report.daily"]["live"]
     finally:
         worker.stop()
         await run  # before the queue closes: a worker must not outlive its queue's client
@@ -255,9 +268,11 @@ async def test_delayq_periodic_lists_topics_and_next_ticks(redis_url: str, queue
     after = await run_cli(module_command("periodic", "tests.apps.ticking:queue"), env)
     assert after.returncode == 0, after.stderr
     lines = after.stdout.splitlines()
-    assert lines[0].split() == ["topic", "schedule", "catch_up", "next", "tick"]
-    sweep = next(line for line in lines if line.startswith("cart.sweep"))
-    assert sweep.rstrip().endswith("Z")  # a tick id: its time in UTC
+    assert lines[0].split() == ["topic", "schedule", "catch_up", "next", "tick", "live",
+                                "chain's", "schedule"]  # fmt: skip
+    row = next(line for line in lines if line.startswith("cart.sweep")).split()
+    assert row[-4].endswith("Z")  # a tick id: its time in UTC
+    assert row[-3:] == ["no", "every", "3600s"]  # stopped: no live worker runs the chain
 
 
 async def test_a_periodic_tick_can_also_be_sent_by_hand(
@@ -284,3 +299,40 @@ async def test_worker_without_the_periodic_topic_does_not_tick(
     await asyncio.sleep(0.35)
     assert ticks.runs == []
     assert await queue.next_tick("sweep") is None
+
+
+async def test_a_chain_whose_schedule_no_live_worker_runs_is_taken_back(
+    queues: Callable[[], Queue], start_worker: StartWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed rollout: the new schedule's only worker goes away; the old schedule's worker
+    takes the chain back after two heartbeat intervals, warning with both schedules."""
+    beat = 0.2
+    ticks = Ticks()
+    old = queues()
+    old_topic = old.periodic("sweep", every=0.3)(ticks.handler(0))
+    await start_worker(old, heartbeat=beat)
+    await ticks.wait(1)
+    new = queues()
+    new_topic = new.periodic("sweep", every=0.25)(ticks.handler(1))
+    new_worker = await start_worker(new, heartbeat=beat)
+    new_fp = new_topic.options.periodic.schedule.fingerprint  # type: ignore[union-attr]
+    async with asyncio.timeout(5):  # the new schedule claimed the chain
+        while (await new.scripts.tick_state(new.keys("sweep")))[1] != new_fp:
+            await asyncio.sleep(0.02)
+    new_worker.stop()
+    stopped = await redis_now_ms(old.redis)
+    caplog.set_level(logging.WARNING, logger="delayq.worker")
+
+    def resumed() -> bool:
+        return any(due > stopped and due % 300 == 0 for _, _, due in ticks.runs)
+
+    await wait_for(resumed, 3 * beat + 0.3 + 2, "the old schedule's ticks to resume")
+    due = [run[2] for run in ticks.runs]
+    assert len(due) == len(set(due)), Counter(ticks.ids()).most_common(3)  # none doubled
+    (warning,) = [
+        r.getMessage() for r in caplog.records if "takes its ticks over" in r.getMessage()
+    ]
+    assert "every 0.25s" in warning and "every 0.3s" in warning, warning
+    assert old_topic.options.periodic is not None
+    old_fp = old_topic.options.periodic.schedule.fingerprint
+    assert (await old.scripts.tick_state(old.keys("sweep")))[1] == old_fp

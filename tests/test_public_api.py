@@ -49,6 +49,8 @@ PUBLIC_BASES = {
     "logging.Handler",
     "logging.Filter",
     "json.JSONEncoder",
+    # OpenTelemetry's contract for `opentelemetry-instrument`: an entry point naming a subclass.
+    "opentelemetry.instrumentation.instrumentor.BaseInstrumentor",
 }
 """Classes other packages document as bases to subclass."""
 

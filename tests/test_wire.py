@@ -197,3 +197,16 @@ async def test_a_lone_caller_cancelled_leaves_the_connection_the_next_reply(
     # The next lone call gets its own reply, on the same connection.
     assert await lane.evalsha(ECHO_SHA, ECHO, [], ["next"]) == b"next"
     assert int((await redis_client.info("stats"))["total_connections_received"]) == opened
+
+
+def test_a_send_on_uvloop_runs_on_the_wire(redis_server: PrivateRedis, queue_name: str) -> None:
+    """uvicorn serves delayq's HTTP API on uvloop, whose transports are not asyncio.Transport
+    subclasses: the wire takes them all the same."""
+    uvloop = pytest.importorskip("uvloop")
+    from delayq import Queue
+
+    async def send() -> str:
+        async with Queue.from_url(redis_server.url, name=queue_name) as queue:
+            return await queue.send_delayed("t", {"n": 1}, 60, task_id="on-uvloop")
+
+    assert uvloop.run(send()) == "on-uvloop"

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 import delayq
 from delayq.cli.app import DEFAULT_NAME, queue_named
+from delayq.cli.fleet import periodic as _periodic
+from delayq.cli.fleet import workers as _workers
 from delayq.errors import AppImportError
 from delayq.queue import Queue
 from delayq.strict import strict_send_hook
-from delayq.ticks import tick_id
 
 if TYPE_CHECKING:
     from delayq.task import TaskInfo, TopicStats
@@ -28,17 +29,30 @@ def _info_json(info: TaskInfo) -> str:
 
 async def _worker(queue: Queue, args: argparse.Namespace) -> int:
     topics = [t for t in args.topics.split(",") if t] if args.topics else None
-    if args.metrics_port is not None:
-        try:
-            from delayq.metrics import DelayqMetrics, serve_metrics
-        except ImportError as exc:
-            raise AppImportError(
-                f"--metrics-port needs the prometheus extra (pip install delayq[prometheus]): {exc}"
-            ) from exc
-        DelayqMetrics(queue)
-        serve_metrics(args.metrics_port, addr=args.metrics_addr)
-    await queue.run_worker(concurrency=args.concurrency, topics=topics, grace=args.grace)
+    _serve_metrics(queue, args)
+    await queue.run_worker(
+        concurrency=args.concurrency, topics=topics, grace=args.grace, heartbeat=args.heartbeat
+    )
     return 0
+
+
+def _serve_metrics(queue: Queue, args: argparse.Namespace) -> None:
+    """With ``--metrics-port``, count what this process does and serve it to Prometheus."""
+    if args.metrics_port is None:
+        return
+    try:
+        from delayq.metrics import DelayqMetrics, serve_metrics
+    except ImportError as exc:
+        raise AppImportError(
+            f"--metrics-port needs the prometheus extra (pip install delayq[prometheus]): {exc}"
+        ) from exc
+    DelayqMetrics(queue)
+    serve_metrics(args.metrics_port, addr=args.metrics_addr)
+
+
+def _metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    parser.add_argument("--metrics-addr", default="0.0.0.0", help="address of --metrics-port")
 
 
 async def _stats(queue: Queue, args: argparse.Namespace) -> int:
@@ -48,11 +62,13 @@ async def _stats(queue: Queue, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({t: s.model_dump() for t, s in stats.items()}, indent=2))
         return 0
-    print(f"{'topic':30} {'delayed':>9} {'ready':>9} {'reserved':>9} {'dead':>9}  controls")
+    print(f"{'topic':30} {'delayed':>9} {'ready':>9} {'reserved':>9} {'dead':>9} "
+          f"{'consumers':>9} {'oldest':>9}  controls")  # fmt: skip
     for topic, s in stats.items():
+        oldest = "-" if s.oldest_ready_age is None else f"{s.oldest_ready_age:.1f}s"
         print(
-            f"{topic:30} {s.delayed:>9} {s.ready:>9} {s.reserved:>9} {s.dead:>9}  "
-            f"{_controls_text(s)}".rstrip()
+            f"{topic:30} {s.delayed:>9} {s.ready:>9} {s.reserved:>9} {s.dead:>9} "
+            f"{s.consumers:>9} {oldest:>9}  {_controls_text(s)}".rstrip()
         )
     return 0
 
@@ -154,31 +170,11 @@ async def _web(queue: Queue, args: argparse.Namespace) -> int:
             print("delayq web: --strict-topics needs an app that registers topics", file=sys.stderr)
             return 2
         queue.hooks.on_send(strict_send_hook(queue.topics, queue.name))
-    await serve(queue, tokens, host=args.host, port=args.port, access_log=not args.no_access_log)
-    return 0
-
-
-async def _periodic(queue: Queue, args: argparse.Namespace) -> int:
-    rows = []
-    for name, topic in queue.topics.items():
-        if topic.options.periodic is not None:
-            following = await queue.next_tick(name)
-            rows.append((name, topic.options.periodic, following))
-    if args.json:
-        listed = {
-            name: {
-                "schedule": periodic.schedule.description,
-                "catch_up": periodic.catch_up,
-                "next_tick": following.isoformat() if following else None,
-            }
-            for name, periodic, following in rows
-        }
-        print(json.dumps(listed, indent=2))
-        return 0
-    print(f"{'topic':24} {'schedule':40} {'catch_up':8}  next tick")
-    for name, periodic, following in rows:
-        when = tick_id(round(following.timestamp() * 1000)) if following else "-"
-        print(f"{name:24} {periodic.schedule.description:40} {periodic.catch_up:8}  {when}")
+    _serve_metrics(queue, args)
+    await serve(
+        queue, tokens, host=args.host, port=args.port, access_log=not args.no_access_log,
+        heartbeat=args.heartbeat,
+    )  # fmt: skip
     return 0
 
 
@@ -231,6 +227,17 @@ async def _archive(queue: Queue, args: argparse.Namespace) -> int:
     )  # fmt: skip
 
 
+def _worker_options(worker: argparse.ArgumentParser) -> None:
+    """The options of ``delayq worker``."""
+    worker.add_argument("--concurrency", type=int, default=50)
+    worker.add_argument("--topics", help="comma-separated subset of the registered topics")
+    _metrics_arguments(worker)
+    worker.add_argument("--grace", type=float, default=10.0)
+    worker.add_argument(
+        "--heartbeat", type=float, default=5.0, help="seconds between registry heartbeats"
+    )
+
+
 def _web_options(web: argparse.ArgumentParser) -> None:
     """The options of ``delayq web``."""
     web.add_argument("--host", default="127.0.0.1")
@@ -240,6 +247,9 @@ def _web_options(web: argparse.ArgumentParser) -> None:
         help="lines of `scopes token` (default: $DELAYQ_WEB_TOKENS; none: read-only)",
     )
     web.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    web.add_argument(
+        "--heartbeat", type=float, default=5.0, help="seconds between registry heartbeats"
+    )
     web.add_argument(
         "--strict-topics", action="store_true",
         help="answer a send to a topic the app registers no handler for with 404 unknown_topic",
@@ -271,12 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    worker = command("worker", _worker, "run a worker", app_required=True)
-    worker.add_argument("--concurrency", type=int, default=50)
-    worker.add_argument("--topics", help="comma-separated subset of the registered topics")
-    worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
-    worker.add_argument("--metrics-addr", default="0.0.0.0", help="address of --metrics-port")
-    worker.add_argument("--grace", type=float, default=10.0)
+    _worker_options(command("worker", _worker, "run a worker", app_required=True))
+    workers = command("workers", _workers, "list the live workers", app_required=False)
+    workers.add_argument("--json", action="store_true", help="a JSON list of WorkerInfo")
     stats = command("stats", _stats, "count tasks by topic and state", app_required=False)
     stats.add_argument("--json", action="store_true")
     for name, handler, text in (
@@ -301,9 +308,14 @@ def build_parser() -> argparse.ArgumentParser:
     dead.add_argument("topic")
     dead.add_argument("--replay", metavar="ID")
     dead.add_argument("--limit", type=int, default=100)
-    _web_options(command("web", _web, "serve the HTTP API and dashboard", app_required=False))
+    web = command("web", _web, "serve the HTTP API and dashboard", app_required=False)
+    _web_options(web)
+    _metrics_arguments(web)
     periodic = command(
-        "periodic", _periodic, "list periodic topics and their next ticks", app_required=True
+        "periodic",
+        _periodic,
+        "list periodic topics, their next ticks and who runs them",
+        app_required=True,
     )
     periodic.add_argument("--json", action="store_true")
     history = command("history", _history, "list a topic's finished tasks", app_required=False)

@@ -39,6 +39,17 @@ Redis Cluster slot and every script can touch them atomically::
                                                with no worker there: tick_look.lua)
     delayq:{shop}:topics                 SET   topics that have been used (for stats)
 
+The registry of live workers (:class:`RegistryKeys`) shares the queue's own tag ``{shop}``,
+so on a Redis Cluster it is one key space in one slot::
+
+    delayq:{shop}:workers                ZSET  worker id -> when its entry expires, ms
+    delayq:{shop}:workers:info           HASH  worker id -> "started ms,last seen ms,<JSON>"
+    delayq:{shop}:workers:topic:<topic>  ZSET  worker id -> expiry: the topic's consumers
+    delayq:{shop}:workers:schedules      HASH  topic + LF + schedule fingerprint ->
+                                               "<last seen ms> <description>": when a live
+                                               worker last ran that schedule
+    delayq:{shop}:workers:clock          STRING a test clock's offset (never written)
+
 A sharded topic (``@queue.topic(name, shards=N)``, docs/cluster.md) spreads its tasks over N
 hash tags: a task lives in shard ``zlib.crc32(task_id) % N`` (:func:`shard_of`).  Shard 0
 keeps the names above; shard k >= 1 has the same keys under its own prefix and tag::
@@ -288,6 +299,34 @@ def shard_tags(queue: str, topic: str, shards: int) -> tuple[str, ...]:
 def topics_key(queue: str) -> str:
     """The set of topic names ever used in ``queue``."""
     return f"{PREFIX}:{{{queue}}}:topics"
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryKeys:
+    """The key names of a queue's registry of live workers (see the module's docstring)."""
+
+    workers: str
+    info: str
+    schedules: str
+    clock: str
+    topic_prefix: str
+    """Followed by a topic name: that topic's consumers."""
+
+    @classmethod
+    def build(cls, queue: str) -> RegistryKeys:
+        """Return the registry's names for ``queue`` (assumed already validated)."""
+        base = f"{PREFIX}:{{{queue}}}:workers"
+        return cls(
+            workers=base,
+            info=base + ":info",
+            schedules=base + ":schedules",
+            clock=base + ":clock",
+            topic_prefix=base + ":topic:",
+        )
+
+    def consumers(self, topic: str) -> str:
+        """The ZSET of the live workers consuming ``topic``."""
+        return self.topic_prefix + topic
 
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")

@@ -58,3 +58,7 @@ class Counts:
     paused: bool
     rate_limit: str | None
     max_running: int | None
+    now_ms: int = 0
+    """Redis's time when counted (the topic's clock)."""
+    oldest_ready_ms: int = -1
+    """The due time of the earliest ready task, -1 when none is ready."""

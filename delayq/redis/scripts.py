@@ -376,6 +376,7 @@ class Scripts:
             delayed=delayed, ready=ready, reserved=reserved, dead=dead, paused=bool(paused),
             rate_limit=_text(rate_limit) if rate_limit else None,
             max_running=_int(max_running) if max_running else None,
+            now_ms=_int(reply[5]), oldest_ready_ms=_int(reply[6]),
         )  # fmt: skip
 
     async def shards(self, keys: TopicKeys, seen: int = 0, wanted: int = 0) -> int:

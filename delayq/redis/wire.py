@@ -23,7 +23,7 @@ import contextlib
 import socket
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import hiredis
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
@@ -200,9 +200,9 @@ class Wire(asyncio.Protocol):
         self.lost: Exception | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        sock = transport.get_extra_info("socket")
+        # uvloop's transports (uvicorn runs on uvloop) do not derive from asyncio.Transport.
+        self._transport = cast("asyncio.Transport", transport)
+        sock = self._transport.get_extra_info("socket")
         keepalive = self._settings.keepalive
         if sock is not None and keepalive is not None and self._settings.path is None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)

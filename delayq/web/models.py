@@ -117,6 +117,10 @@ class TopicRow(BaseModel):
     paused: bool = False
     rate_limit: str | None = None
     max_running: int | None = None
+    consumers: int = 0
+    """Live workers (``GET /api/workers``) consuming the topic."""
+    oldest_ready_age: float | None = None
+    """Seconds since its oldest ready task fell due (None: none is ready)."""
     throughput: float = 0.0
     """Attempts finished per second over the last minute (topics with history; else 0)."""
 

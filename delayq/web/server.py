@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from delayq.web.app import create_app
+from delayq.worker.heartbeat import DEFAULT_INTERVAL, Heartbeat, heartbeat_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -62,8 +63,13 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 8080,
     access_log: bool = True,
+    heartbeat: float = DEFAULT_INTERVAL,
 ) -> None:
-    """Serve ``queue``'s API and dashboard until SIGINT/SIGTERM, then stop gracefully."""
+    """Serve ``queue``'s API and dashboard until SIGINT/SIGTERM, then stop gracefully.
+
+    The process is listed by ``Queue.workers()`` as kind ``"http"`` (it serves HTTP
+    consumers), with the topics registered in it, for as long as it serves.
+    """
     if tokens.anonymous_read:
         log.warning(
             "no token configured: the API is read-only and reads need no token "
@@ -79,8 +85,19 @@ async def serve(
     with stopped_by_signals(server):
         async with asyncio.TaskGroup() as group:
             watcher = group.create_task(_end_long_polls(server, stopping))
+            beating = group.create_task(http_heartbeat(queue, heartbeat).run(stopping))
             await server.serve()
             watcher.cancel()
+            stopping.set()
+            await beating  # leaves the registry
+
+
+def http_heartbeat(queue: Queue, interval: float) -> Heartbeat:
+    """The registry heartbeat of a process serving ``queue``'s HTTP consumers."""
+    return Heartbeat(
+        queue.registry, kind="http", topics=sorted(queue.topics), concurrency=0,
+        running=lambda: 0, interval=heartbeat_seconds(interval),
+    )  # fmt: skip
 
 
 async def _end_long_polls(server: uvicorn.Server, stopping: asyncio.Event) -> None:

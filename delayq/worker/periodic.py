@@ -11,7 +11,9 @@ twice, not even after it ran and was acked.
 
 At start a keeper *claims* the chain: one left by a schedule with another fingerprint
 (the code changed) is replaced, its waiting tick deleted.  After that it only *advances*
-it, and stands aside if a worker with yet another schedule claimed it since.
+it, and stands aside if a worker with yet another schedule claimed it since, until no live
+worker runs that schedule any more (:mod:`delayq.worker.takeover`): then it claims the
+chain back, with a WARNING naming both schedules.
 
 Ticks are *missed* when no worker was there when they fell due (none ran, or Redis was
 down).  That includes the tick stored a period ahead: a keeper's first look at a due tick
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts, TickMode
     from delayq.ticks import PeriodicOptions
+    from delayq.worker.takeover import Takeover
 
 log = logging.getLogger("delayq.worker")
 
@@ -62,6 +65,7 @@ class Keeper:
         wake: set on a wake-up of the topic (a tick was stored, or someone moved time).
         stopping: set when the worker stops.
         outage: the worker's, told whether each look at the chain reached Redis.
+        takeover: judges when a chain another schedule claimed is abandoned (None: never).
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class Keeper:
         wake: asyncio.Event,
         stopping: asyncio.Event,
         outage: Outage,
+        takeover: Takeover | None = None,
     ) -> None:
         self._scripts = scripts
         self._outage = outage
@@ -81,6 +86,7 @@ class Keeper:
         self._stopping = stopping
         self._mode: TickMode = "claim"
         self._warned_superseded = False
+        self._takeover = takeover
 
     async def run(self) -> None:
         """Schedule ticks until the worker stops."""
@@ -124,8 +130,9 @@ class Keeper:
         if mine and last > now:
             return min((last - now) / 1000, RECHECK)  # the next tick is already scheduled
         if owner is not None and not mine and self._mode == "advance":
-            self._superseded()
-            return RECHECK
+            if not await self._take_over(owner):
+                return self._superseded()
+            mine = 0 <= last <= now  # missed ticks of the abandoned chain follow catch_up
         tick, drop = self.choose(last if mine and last >= 0 else None, now, missed)
         dropped = last
         status, now, last = await self._scripts.tick(
@@ -143,8 +150,7 @@ class Keeper:
             self._mode = "advance"
             return 0 if tick <= now else min((tick - now) / 1000, RECHECK)
         if status == -1:
-            self._superseded()
-            return RECHECK
+            return self._superseded()
         return 0  # another keeper scheduled it first: read the chain again
 
     def choose(self, last: int | None, now: int, missed: bool = False) -> tuple[int, bool]:
@@ -161,7 +167,24 @@ class Keeper:
             )  # fmt: skip
         return tick, drop
 
-    def _superseded(self) -> None:
+    async def _take_over(self, owner: str) -> bool:
+        """Whether to claim the chain of schedule ``owner`` now (no live worker runs it)."""
+        if self._takeover is None:
+            return False
+        abandoned = await self._takeover.abandoned(owner)
+        if abandoned is None:
+            return False
+        log.warning(
+            "periodic %r: no live worker runs its schedule %s any more; this worker takes its"
+            " ticks over with its own schedule %s",
+            self._keys.topic, abandoned, self._periodic.schedule.description,
+        )  # fmt: skip
+        self._mode = "claim"
+        self._warned_superseded = False
+        return True
+
+    def _superseded(self) -> float:
+        """Stand aside (warned once); returns how long before looking again."""
         if not self._warned_superseded:
             self._warned_superseded = True
             log.warning(
@@ -169,6 +192,7 @@ class Keeper:
                 " runs them but no longer schedules them",
                 self._keys.topic,
             )
+        return RECHECK if self._takeover is None else min(RECHECK, self._takeover.recheck)
 
     async def _sleep(self, seconds: float) -> None:
         await first_of(self._wake, self._stopping, within=seconds)

@@ -41,11 +41,13 @@ from delayq.worker.declare import declare_limits
 from delayq.worker.embedded import start as start_embedded
 from delayq.worker.embedded import stop as stop_embedded
 from delayq.worker.execution import Executor
+from delayq.worker.heartbeat import DEFAULT_INTERVAL, Heartbeat, heartbeat_seconds
+from delayq.worker.keepers import periodic_keepers
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
-from delayq.worker.periodic import Keeper
 from delayq.worker.report import Reporter, log_skipped, tell_reclaimed
 from delayq.worker.rollup import prepare
 from delayq.worker.signals import install_signals
+from delayq.worker.takeover import run_schedules
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
@@ -84,12 +86,14 @@ class Worker:
             ``dead`` events (it must not block, and an exception it raises is logged).
         threads: most plain ``def`` handlers running at once, each in a worker thread
             (default: ``concurrency``); the limiter is this worker's own.
+        heartbeat: seconds between the heartbeats that keep this worker in the queue's
+            registry of live workers (``Queue.workers()``); its entry expires after three.
     """
 
     def __init__(
         self, queue: TaskSource, *, concurrency: int = 50, topics: Iterable[str] | None = None,
         grace: Duration = 10.0, on_outcome: Callable[[Outcome], None] | None = None,
-        threads: int | None = None,
+        threads: int | None = None, heartbeat: Duration = DEFAULT_INTERVAL,
     ) -> None:  # fmt: skip
         bounded_int(concurrency, "concurrency", 1)
         names = list(queue.topics) if topics is None else list(topics)
@@ -114,6 +118,11 @@ class Worker:
         self._shards = [(t, keys) for t in self.topics for keys in queue.shard_keys(t.name)]
         # One for all the worker's loops: an outage is one WARNING, not one per loop and retry.
         self._outage = Outage(log)
+        self.heartbeat = Heartbeat(
+            queue.registry, kind="worker", topics=[t.name for t in self.topics],
+            concurrency=concurrency, running=lambda: self._running, outage=self._outage,
+            interval=heartbeat_seconds(heartbeat), schedules=run_schedules(self.topics),
+        )  # fmt: skip
         self._wakeup = Wakeup(queue.redis, [keys.wake for _, keys in self._shards], self._outage)
         self._embedded: asyncio.Task[None] | None = None
         self.threads = concurrency if threads is None else threads
@@ -220,7 +229,9 @@ class Worker:
         signals = install_signals(loop, self.stop) if handle_signals else []
         names = [t.name for t in self.topics]
         log.info("worker started: topics=%s concurrency=%d", names, self.concurrency)
-        for keeper in (keepers := self._keepers()):  # before any lease: see its docstring
+        keepers = periodic_keepers(self.queue, self.topics, self.heartbeat, self._wakeup,
+                                   self._stopping, self._outage)  # fmt: skip
+        for keeper in keepers:  # before any lease: see first_look's docstring
             await keeper.first_look()
         # Consumers live outside the TaskGroup: a handler that ignores cancellation (some
         # libraries swallow it on Python 3.11) must not keep run() from returning.
@@ -229,6 +240,7 @@ class Worker:
             async with asyncio.TaskGroup() as group:
                 wakeup = group.create_task(self._wakeup.run(), name="delayq-wakeup")
                 acker = group.create_task(self._executor.acker.run(), name="delayq-acker")
+                group.create_task(self.heartbeat.run(self._stopping), name="delayq-heartbeat")
                 fetchers = [group.create_task(self._fetch(t, k)) for t, k in self._shards]
                 fetchers += [group.create_task(keeper.run()) for keeper in keepers]
                 await self._stopping.wait()
@@ -247,17 +259,6 @@ class Worker:
             for sig in signals:
                 loop.remove_signal_handler(sig)
             log.info("worker stopped")
-
-    def _keepers(self) -> list[Keeper]:
-        """One per periodic topic consumed: keeps its next tick scheduled."""
-        keepers = []
-        for topic in self.topics:
-            if topic.options.periodic is not None:
-                keys = self.queue.keys(topic.name)
-                wake = self._wakeup.listener(keys.wake)
-                keepers.append(Keeper(self.queue.scripts, keys, topic.options.periodic, wake,
-                                      self._stopping, self._outage))  # fmt: skip
-        return keepers
 
     async def _wait_for_redis(self) -> None:
         await wait_for_server(self.queue.redis, self._outage)

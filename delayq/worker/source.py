@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from delayq.events import Hooks
     from delayq.middleware import Lifespan, Middleware
     from delayq.redis.keys import TopicKeys
+    from delayq.redis.registry import Registry
     from delayq.redis.scripts import Scripts
     from delayq.topic import Topic
 
@@ -26,6 +27,10 @@ class TaskSource(Protocol):
     @property
     def scripts(self) -> Scripts:
         """Runs reserve, ack, nack and extend."""
+
+    @property
+    def registry(self) -> Registry:
+        """The queue's registry of live workers, which the worker's heartbeat keeps."""
 
     @property
     def topics(self) -> Mapping[str, Topic[Any]]:

@@ -53,6 +53,7 @@ class WorkerProc:
         env: extra environment variables.
         app: the app the worker runs (default: the recorder).
         ready_topic: the topic whose wake-up subscription means the worker is running.
+        heartbeat: its registry heartbeat interval (default: the CLI's).
     """
 
     url: str
@@ -68,6 +69,7 @@ class WorkerProc:
     env: dict[str, str] = field(default_factory=dict)
     app: str = "tests.faults.apps.recorder:queue"
     ready_topic: str = WORK_TOPIC
+    heartbeat: float | None = None
     proc: subprocess.Popen[bytes] | None = None
     stderr_path: Path = field(init=False)
 
@@ -84,6 +86,8 @@ class WorkerProc:
                 "--concurrency", str(self.concurrency), "--grace", str(self.grace)]  # fmt: skip
         if self.topics:
             cmd += ["--topics", self.topics]
+        if self.heartbeat is not None:
+            cmd += ["--heartbeat", str(self.heartbeat)]
         return cmd
 
     def start(self) -> WorkerProc:

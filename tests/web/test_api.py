@@ -177,8 +177,10 @@ async def test_stats_pages_through_topics(client: httpx.AsyncClient, queue: Queu
     assert first["total"] == 10
     assert first["topics"] == [
         {"name": "topic-00", "delayed": 1, "ready": 1, "reserved": 0, "dead": 0,
-         "paused": False, "rate_limit": None, "max_running": None, "throughput": 0.0}
+         "paused": False, "rate_limit": None, "max_running": None, "consumers": 0,
+         "oldest_ready_age": first["topics"][0]["oldest_ready_age"], "throughput": 0.0}
     ]  # fmt: skip
+    assert 0 <= first["topics"][0]["oldest_ready_age"] < 60
     await queue.pause("topic-00")
     paused = (await client.get("/api/stats?prefix=topic-00", headers=R)).json()
     assert paused["topics"][0]["paused"] is True
@@ -343,3 +345,24 @@ def test_the_openapi_document_types_every_model(app: DelayqApp) -> None:
                 if code != "204":
                     assert content["application/json"]["schema"], (method, path)
             assert "422" in operation["responses"] and "401" in operation["responses"]
+
+
+async def test_workers_lists_the_live_workers(client: httpx.AsyncClient, queue: Queue) -> None:
+    from delayq.worker.heartbeat import Heartbeat
+
+    assert (await client.get("/api/workers", headers=R)).json() == {"workers": []}
+    beat = Heartbeat(queue.registry, kind="worker", topics=["t"], concurrency=4,
+                     running=lambda: 2, interval=60)  # fmt: skip
+    await beat.beat()
+    await queue.send("t", {})
+    listed = (await client.get("/api/workers", headers=R)).json()["workers"]
+    assert [(w["id"], w["kind"], w["topics"], w["running"]) for w in listed] == [
+        (beat.id, "worker", ["t"], 2)
+    ]
+    assert set(listed[0]) == {"id", "host", "pid", "kind", "started_at", "last_seen", "topics",
+                              "concurrency", "running", "version"}  # fmt: skip
+    row = (await client.get("/api/topics/t", headers=R)).json()
+    assert row["consumers"] == 1 and row["oldest_ready_age"] is not None
+    assert (await client.get("/api/workers", headers=auth("produce"))).status_code == 403
+    await beat.leave()
+    assert (await client.get("/api/workers", headers=R)).json() == {"workers": []}

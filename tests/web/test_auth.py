@@ -17,6 +17,7 @@ from delayq.web.app import DelayqApp
 from delayq.web.auth import SCOPES
 from delayq.web.endpoint import routes as per_task_routes
 from delayq.web.operate import Operate
+from delayq.web.workers import router as workers_router
 from tests.web.conftest import TOKENS, auth, tokens
 
 SAMPLE = {"topic": "t", "task_id": "some-id", "token": "1MV8xH3QfHzE"}
@@ -142,7 +143,12 @@ def test_every_served_route_is_in_the_openapi_document(app: DelayqApp, queue: Qu
     operate = Operate(queue, api.require, name).router().routes
     served = {
         (method, route.path)
-        for route in [*per_task_routes(api), *api.router().routes, *operate]
+        for route in [
+            *per_task_routes(api),
+            *api.router().routes,
+            *workers_router(queue, tokens()).routes,
+            *operate,
+        ]
         if isinstance(route, (Route, APIRoute))
         for method in route.methods or ()
     }

@@ -50,7 +50,14 @@ def test_the_app_form_shares_the_topics_options(
         status, _ = call(f"{web.url}/api/stats", token=TOKENS["read"])
         assert status == 200
         assert call(f"{web.url}/api/stats")[0] == 401
+        status, listed = call(f"{web.url}/api/workers", token=TOKENS["read"])
+        assert status == 200 and isinstance(listed, dict)
+        (serving,) = listed["workers"]  # delayq web itself, as it serves HTTP consumers
+        assert (serving["kind"], serving["pid"]) == ("http", web.process.pid)
+        assert "fail" in serving["topics"]
         assert web.stop() == 0
+    client = redis_server.client()
+    assert not client.zcard(f"delayq:{{{queue_name}}}:workers")  # a clean stop left the list
     assert "Traceback" not in web.log.read_text()
 
 

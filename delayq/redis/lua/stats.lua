@@ -3,8 +3,10 @@
 -- KEYS[1] prefix of the schedule slots and the meta hash (see _layout.lua)
 -- KEYS[2] wheel (ZSET)   KEYS[3] reserved (ZSET)   KEYS[4] dead (ZSET)
 -- KEYS[5] controls (HASH, see _controls.lua)
--- Returns: {delayed, ready, reserved, dead, {paused, rate_limit, max_running}}, the controls
---   as stored (false where not set)
+-- Returns: {delayed, ready, reserved, dead, {paused, rate_limit, max_running}, now_ms,
+--   oldest_ready_ms}: the controls as stored (false where not set), and the due time of the
+--   earliest ready task (-1 when none is ready), read from the heads of the schedule and
+--   the priority index (O(log n))
 -- The scheduled total (delayed + ready) is the count the scripts keep in <prefix>meta;
 -- reserved and dead are sizes of sorted sets.  Which scheduled tasks are ready depends on
 -- the clock (a task turns ready with no script running), so that split is counted here,
@@ -53,6 +55,20 @@ if redis.call('EXISTS', prio) == 1 then
   prio_ready = redis.call('ZCOUNT', prio, '-inf', now)
   prio_delayed = redis.call('ZCOUNT', prio, '(' .. int_text(now), '+inf')
 end
+local oldest = -1
+local head = redis.call('ZRANGE', wheel, 0, 0)[1]
+if head then
+  local first = tonumber(redis.call('ZRANGE', slot_key(prefix, head), 0, 0, 'WITHSCORES')[2])
+  if first and first <= now then
+    oldest = first
+  end
+end
+if prio_ready > 0 then
+  local first = tonumber(redis.call('ZRANGE', prio, 0, 0, 'WITHSCORES')[2])
+  if first and (oldest < 0 or first < oldest) then
+    oldest = first
+  end
+end
 return { scheduled - ready + prio_delayed, ready + prio_ready, lease_count(reserved),
   redis.call('ZCARD', dead),
-  redis.call('HMGET', controls, 'paused', 'rate_limit', 'max_running') }
+  redis.call('HMGET', controls, 'paused', 'rate_limit', 'max_running'), now, oldest }

@@ -11,8 +11,10 @@ attempt of a handler, from its start to its outcome, as a child of the sender's 
 OpenTelemetry's messaging semantic conventions: ``messaging.system`` (``delayq``),
 ``messaging.destination.name`` (the topic), ``messaging.operation.type`` (``send`` /
 ``process``), ``messaging.message.id``, plus ``delayq.task.attempt`` and
-``messaging.batch.message_count`` for ``send_many``.  A failed attempt ends with status
-ERROR and ``error.type``.
+``messaging.batch.message_count`` for ``send_many``, and ``server.address`` /
+``server.port`` of the Redis node holding the topic.  A failed attempt ends with status
+ERROR and ``error.type``, and the exception its handler raised is recorded on the span
+as an ``exception`` event (type, message, stack trace).
 
 The consumer span is current while the handler runs, so spans the handler opens are its
 children.  It is started from the worker's ``delivered`` event (in the task that runs the
@@ -20,26 +22,39 @@ handler) and ended at the attempt's outcome; see docs/observability.md.  A task 
 through ``queue.consumer`` (the HTTP API) gets its consumer span too, from the lease to the
 ack or nack, never made current (its handler runs in another process).  Nothing of this
 runs, and nothing is imported, unless ``instrument`` is called.
+
+``opentelemetry-instrument delayq worker app:queue`` (or ``... uvicorn app:app``) traces
+every queue the program creates with no code change: delayq registers
+:class:`~delayq.otel.instrumentor.DelayqInstrumentor` as an
+``opentelemetry_instrumentor`` entry point.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context, propagate, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, TraceState
+from redis.asyncio import RedisCluster
+from redis.asyncio.sentinel import SentinelConnectionPool
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from delayq.events import Sending, TaskEvent
+    from delayq.middleware import CallNext
     from delayq.queue import Queue
+    from delayq.task import Task
 
 SYSTEM = "delayq"
 ENDED_BY = {"acked", "retried", "dead", "lease_lost", "released"}
 FAILED = {"retried", "dead", "lease_lost"}
+INSTRUMENTED: weakref.WeakKeyDictionary[Queue, Instrumentation] = weakref.WeakKeyDictionary()
+"""Each traced queue's hooks: tracing a queue twice (explicitly, and by
+``opentelemetry-instrument``) would record every span twice."""
 
 
 class Instrumentation:
@@ -53,21 +68,39 @@ class Instrumentation:
         self._spans: dict[tuple[str, str], trace.Span] = {}
         self._attached: dict[asyncio.Task[Any], object] = {}
         # Per topic: the consumer span's name and fixed attributes, built once.
-        self._fixed: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._fixed: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+        # The last sender's context read from a task's headers, and those headers.
+        self._last_seen: tuple[str | None, ...] = (None, None, None)
+        self._last_parent: tuple[context.Context | None, trace.SpanContext | None] = (None, None)
         queue.hooks.on_send(self.around_send)
         queue.hooks.add_listener(self.on_event)
+        queue.middleware(self.around_handler)
+        INSTRUMENTED[queue] = self
 
     def uninstrument(self) -> None:
         """Stop tracing this queue's sends and attempts."""
         if self.around_send in self.queue.hooks.send_hooks:
             self.queue.hooks.send_hooks.remove(self.around_send)
         self.queue.hooks.remove_listener(self.on_event)
+        if self.around_handler in self.queue.middlewares:
+            self.queue.middlewares.remove(self.around_handler)
+        if INSTRUMENTED.get(self.queue) is self:
+            del INSTRUMENTED[self.queue]
+
+    async def around_handler(self, task: Task[Any], call_next: CallNext) -> None:
+        """The handler middleware: record what the handler raised on its attempt's span
+        (the outcome's event carries the error's text only, not its stack trace)."""
+        try:
+            await call_next()
+        except BaseException as exc:
+            span = self._spans.get((task.topic, task.id))
+            if span is not None and span.is_recording():
+                span.record_exception(exc, escaped=True)
+            raise
 
     async def around_send(self, sending: Sending, call_next: Callable[[], Awaitable[None]]) -> None:
         """The send hook: a PRODUCER span around the send; its context goes in the headers."""
         attributes: dict[str, Any] = {
-            "messaging.system": SYSTEM,
-            "messaging.destination.name": sending.topic,
             "messaging.operation.type": "send",
             "messaging.operation.name": "send",
         }
@@ -75,6 +108,7 @@ class Instrumentation:
             attributes["messaging.message.id"] = sending.task_ids[0]
         else:
             attributes["messaging.batch.message_count"] = len(sending.task_ids)
+        attributes.update(self._fixed_for(sending.topic)[2])
         with self.tracer.start_as_current_span(
             f"send {sending.topic}", kind=SpanKind.PRODUCER, attributes=attributes
         ):
@@ -96,16 +130,18 @@ class Instrumentation:
 
     def _start(self, event: TaskEvent) -> None:
         parent = sender = None
-        if event.headers:
-            parent, sender = remote_parent(event.headers)
+        headers = event.headers
+        if headers:
+            # The tasks of one send_many share their sender's context: read it once.
+            value = headers.get("traceparent")
+            seen = (value, headers.get("tracestate"), headers.get("baggage"))
+            if value is not None and seen == self._last_seen:
+                parent, sender = self._last_parent
+            else:
+                parent, sender = self._last_parent = remote_parent(headers)
+                self._last_seen = seen
         topic = event.topic
-        fixed = self._fixed.get(topic)
-        if fixed is None:
-            fixed = self._fixed[topic] = (f"process {topic}", {
-                "messaging.system": SYSTEM, "messaging.destination.name": topic,
-                "messaging.operation.type": "process", "messaging.operation.name": "process",
-            })  # fmt: skip
-        name, attributes = fixed
+        name, attributes, _ = self._fixed.get(topic) or self._fixed_for(topic)
         span = self.tracer.start_span(
             name, context=parent, kind=SpanKind.CONSUMER,
             links=(Link(sender),) if sender is not None else None,
@@ -130,10 +166,43 @@ class Instrumentation:
                 context.detach(token)  # type: ignore[arg-type]
             self._attached[task] = context.attach(trace.set_span_in_context(span))
 
+    def _fixed_for(self, topic: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """The consumer span's name and fixed attributes, and those every span of ``topic``
+        carries (built once per topic)."""
+        fixed = self._fixed.get(topic)
+        if fixed is None:
+            common = {"messaging.system": SYSTEM, "messaging.destination.name": topic,
+                      **server_attributes(self.queue, topic)}  # fmt: skip
+            consumer = {**common, "messaging.operation.type": "process",
+                        "messaging.operation.name": "process"}  # fmt: skip
+            fixed = self._fixed[topic] = (f"process {topic}", consumer, common)
+        return fixed
+
+
+def server_attributes(queue: Queue, topic: str) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of the Redis node holding ``topic``'s keys:
+    in a cluster, the primary of their slot when the topic is first traced; behind
+    Sentinel, none (the primary is found per connection)."""
+    client: Any = queue.redis
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(queue.keys(topic).reserved)
+        return {"server.address": node.host, "server.port": node.port} if node else {}
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        return {}
+    options = pool.connection_kwargs
+    if "host" in options:
+        return {"server.address": options["host"], "server.port": options.get("port", 6379)}
+    if "path" in options:
+        return {"server.address": options["path"]}
+    return {}
+
 
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 """W3C trace context's ``traceparent`` of version 00, the one :func:`remote_parent` reads
 itself."""
+FLAGS = {"00": trace.TraceFlags(0), "01": trace.TraceFlags(1)}
+EMPTY = context.Context()
 
 
 def remote_parent(
@@ -156,11 +225,14 @@ def remote_parent(
     if not trace_id or not span_id:
         return None, None
     state = headers.get("tracestate")
+    flags = FLAGS.get(match[3])
     sender = trace.SpanContext(
-        trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(int(match[3], 16)),
+        trace_id, span_id, is_remote=True,
+        trace_flags=trace.TraceFlags(int(match[3], 16)) if flags is None else flags,
         trace_state=TraceState.from_header([state]) if state else None,
     )  # fmt: skip
-    return trace.set_span_in_context(trace.NonRecordingSpan(sender)), sender
+    # On an empty context: the parent is the sender's alone, not whatever is current here.
+    return trace.set_span_in_context(trace.NonRecordingSpan(sender), EMPTY), sender
 
 
 def instrument(
@@ -173,9 +245,13 @@ def instrument(
         tracer_provider: where spans go (default: the global one, ``trace.set_tracer_provider``).
 
     Returns:
-        The registered hooks; ``.uninstrument()`` removes them.
+        The registered hooks; ``.uninstrument()`` removes them.  A queue already traced
+        (by ``opentelemetry-instrument``, say) keeps its hooks, which are returned.
     """
     from delayq import __version__
 
+    existing = INSTRUMENTED.get(queue)
+    if existing is not None:
+        return existing
     tracer = trace.get_tracer("delayq", __version__, tracer_provider=tracer_provider)
     return Instrumentation(queue, tracer)

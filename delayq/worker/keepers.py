@@ -1,0 +1,35 @@
+"""Building a worker's keepers of periodic chains, each with its judge of abandoned chains."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from delayq.worker.periodic import Keeper
+from delayq.worker.takeover import Takeover
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Iterable
+
+    from delayq.pacing import Outage
+    from delayq.redis.wakeup import Wakeup
+    from delayq.topic import Topic
+    from delayq.worker.heartbeat import Heartbeat
+    from delayq.worker.source import TaskSource
+
+
+def periodic_keepers(
+    queue: TaskSource, topics: Iterable[Topic[Any]], heartbeat: Heartbeat, wakeup: Wakeup,
+    stopping: asyncio.Event, outage: Outage,
+) -> list[Keeper]:  # fmt: skip
+    """One :class:`~delayq.worker.periodic.Keeper` per periodic topic of ``topics``: keeps
+    its next tick scheduled, and takes its chain over when abandoned."""
+    keepers = []
+    for topic in topics:
+        if topic.options.periodic is not None:
+            keys = queue.keys(topic.name)
+            keepers.append(Keeper(
+                queue.scripts, keys, topic.options.periodic, wakeup.listener(keys.wake),
+                stopping, outage, takeover=Takeover(heartbeat, topic.name),
+            ))  # fmt: skip
+    return keepers
