@@ -153,7 +153,8 @@ async def filtered_history(
 
 
 class Sweeper:
-    """Forgets topics with no task and no controls once seen idle for :data:`IDLE`
+    """Forgets topics with no task, no controls and no live worker consuming them once seen
+    idle for :data:`IDLE`
     (``Admin.forget``): every :data:`SWEEP_EVERY` seconds the next :data:`SWEEP_STEP`
     topics in name order, round and round."""
 
@@ -170,9 +171,10 @@ class Sweeper:
         self._last = now
         start = bisect.bisect_right(names, self._after)
         step = (names[start:] + names[:start])[:SWEEP_STEP]
+        consumed = {t for worker in await self.queue.workers() for t in worker.topics}
         gone = set()
         for topic in step:
-            if await self.queue.admin.forget(topic, idle=IDLE):
+            if topic not in consumed and await self.queue.admin.forget(topic, idle=IDLE):
                 gone.add(topic)
         self._after = step[-1] if step else ""
         return [n for n in names if n not in gone]

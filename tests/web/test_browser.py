@@ -324,3 +324,33 @@ async def test_the_running_section_flags_an_expired_lease(
     await expect(expired).to_contain_text("lease expired")
     await expect(page.locator('tr[data-running="job-0"]')).not_to_contain_text("expired")
     await expect(page.locator("#running tr").first).to_have_attribute("data-running", "job-1")
+
+
+async def test_the_workers_page_and_the_no_consumer_badge(
+    browser: Browser, web: WebServer, queue: Queue, start_worker: StartWorker
+) -> None:
+    await queue.send("nobody.home", {}, task_id="stuck")  # ready, and nothing consumes it
+
+    @queue.topic("served")
+    async def handle(body: object) -> None: ...
+
+    worker = await start_worker(queue)
+    page = await open_dashboard(browser, web, scope="read")
+    badge = page.locator('[data-no-consumer="nobody.home"]')
+    await expect(badge).to_have_text("no consumer", timeout=WAIT_MS)
+    assert await page.locator('[data-no-consumer="served"]').count() == 0
+    await page.click('tr[data-topic="nobody.home"] a')
+    await expect(page.locator('#controls [data-no-consumer="nobody.home"]')).to_be_visible(
+        timeout=WAIT_MS
+    )
+    # The header links to the Workers page from every page; it refreshes live.
+    await page.click("#nav-workers")
+    row = page.locator('#workers tr[data-kind="worker"]')
+    await expect(row).to_have_count(1, timeout=WAIT_MS)
+    await expect(row).to_contain_text("served")
+    await expect(row.locator("td").nth(1)).to_have_text(str(os.getpid()))
+    await expect(page.locator('#workers tr[data-kind="http"]')).to_have_count(1)  # delayq web
+    await expect(page.locator("#workers-info")).to_contain_text("1 worker, 1 HTTP server")
+    worker.stop()  # a clean stop leaves the registry at once
+    await expect(row).to_have_count(0, timeout=WAIT_MS)
+    await expect(page.locator("#workers-info")).to_contain_text("No live worker")

@@ -11,6 +11,7 @@ import pytest
 
 from delayq import Queue
 from delayq.web import api, create_app, operate
+from tests.fixtures_delayq import StartWorker
 from tests.helpers import expire_lease
 from tests.web.conftest import TOKENS, auth
 
@@ -123,3 +124,27 @@ async def test_running_lists_leases_and_flags_the_expired(
     await queue.consumer.ack(leases[0].lease_token)
     assert (await client.get("/api/topics/r/running", headers=R)).json()["total"] == 2
     assert (await client.get("/api/topics/none/running", headers=R)).json()["tasks"] == []
+
+
+async def test_the_sweep_keeps_a_topic_a_live_worker_consumes(
+    client: httpx.AsyncClient,
+    queue: Queue,
+    monkeypatch: pytest.MonkeyPatch,
+    start_worker: StartWorker,
+) -> None:
+    monkeypatch.setattr(operate, "IDLE", timedelta(milliseconds=1))
+    monkeypatch.setattr(operate, "SWEEP_EVERY", 0.0)
+    monkeypatch.setattr(api, "NAMES_TTL", -1.0)
+
+    @queue.topic("consumed")
+    async def handle(body: object) -> None: ...
+
+    await start_worker(queue)
+    await queue.announce(["idle"])
+    async with asyncio.timeout(5):
+        while "idle" in await queue.topic_names():
+            await client.get("/api/stats", headers=R)
+            await asyncio.sleep(0.01)
+    for _ in range(3):  # more sweeps than it took to forget the other
+        await client.get("/api/stats", headers=R)
+    assert "consumed" in await queue.topic_names()

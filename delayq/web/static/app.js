@@ -1,11 +1,12 @@
 // delayq's dashboard: a client of the HTTP API (api/...), nothing else.  No framework, no
 // build step, no asset from elsewhere: ES modules, one per page (overview.js, topic.js,
-// task.js) around core.js.  The token lives in this tab's sessionStorage and travels in the
+// task.js, workers.js) around core.js.  The token lives in this tab's sessionStorage and travels in the
 // Authorization header: no cookie, so no CSRF.  This module routes and signs in.
 import { PERIOD_MS, TOKEN_KEY, api, explain, notify, refreshNow, session, show, taskHref } from "./core.js";
 import { overview } from "./overview.js";
 import { taskPage } from "./task.js";
 import { topicPage } from "./topic.js";
+import { workersPage } from "./workers.js";
 
 let currentTopic = null;  // the topic of the page shown, if any (the lookup's default)
 
@@ -16,6 +17,9 @@ function route() {
   if (parts[0] === "topic" && parts[1]) {
     currentTopic = parts[1];
     show(topicPage(main, parts[1]));
+  } else if (parts[0] === "workers") {
+    currentTopic = null;
+    show(workersPage(main));
   } else if (parts[0] === "task" && parts[1] && parts[2] !== undefined) {
     currentTopic = parts[1];
     show(taskPage(main, parts[1], parts.slice(2).join("/")));

@@ -75,6 +75,13 @@ export function seconds(value) {
   return value >= 1 ? `${value} s` : `${Math.round(value * 1000)} ms`;
 }
 
+// A topic with ready tasks and no live worker consuming it: nothing will run them.
+export function noConsumer(row) {
+  if (!(row.ready > 0 && row.consumers === 0)) return null;
+  return el("span", { class: "badge warn", "data-no-consumer": row.name,
+    title: "ready tasks, and no live worker consumes this topic", text: "no consumer" });
+}
+
 export function notify(message, isError = true) {
   const notice = document.getElementById("notice");
   notice.textContent = message || "";

@@ -1,5 +1,5 @@
 // The overview: every topic of the queue, paged, with its counts and controls.
-import { api, el, enc, rate, refreshNow, topicHref } from "./core.js";
+import { api, el, enc, noConsumer, rate, refreshNow, topicHref } from "./core.js";
 
 const PAGE = 50;
 
@@ -31,6 +31,7 @@ export function overview(main) {
       el("td", { class: "num", text: t.reserved }), el("td", { class: "num", text: t.dead }),
       el("td", { class: "num hide-narrow", "data-throughput": t.name, text: rate(t.throughput) }),
       el("td", { class: "hide-narrow" },
+        noConsumer(t),
         t.paused ? el("span", { class: "badge paused", text: "paused" }) : null,
         t.rate_limit ? el("span", { class: "badge", text: `≤ ${t.rate_limit}` }) : null,
         t.max_running ? el("span", { class: "badge", text: `≤ ${t.max_running} running` }) : null),

@@ -1,7 +1,7 @@
 // A topic's page: counts and controls, when its tasks fall due, the last hour's activity,
 // the next tasks, dead letters and history.
 import { SPANS, drawActivity, drawTimeline } from "./charts.js";
-import { act, ago, api, can, el, enc, fill, refreshNow, seconds, svg, taskHref, when } from "./core.js";
+import { act, ago, api, can, el, enc, fill, noConsumer, refreshNow, seconds, svg, taskHref, when } from "./core.js";
 
 const HISTORY_PAGE = 20;
 const RUNNING_PAGE = 20;
@@ -144,6 +144,7 @@ export function topicPage(main, topic) {
     counts.replaceChildren(...["delayed", "ready", "reserved", "dead"].map((k) => el("div", { class: "card" },
       el("div", { class: `count ${k}`, "data-count": k, text: row[k] }), el("div", { class: "muted", text: k }))));
     fill(controls,
+      noConsumer(row),
       row.paused ? el("span", { class: "badge paused", text: "paused" }) : null,
       can("admin") ? el("button", {
         class: "plain", id: "pause", text: row.paused ? "Resume" : "Pause",
