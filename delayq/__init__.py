@@ -6,6 +6,7 @@ tasks fire on Redis's clock, milliseconds after they are due, at least once.
 
 import logging
 
+from delayq.admin import Admin, RunningPage
 from delayq.backoff import Backoff
 from delayq.consumer import Consumer, LeasedTask, NackResult
 from delayq.duration import Duration
@@ -46,6 +47,7 @@ from delayq.worker import Worker
 __version__ = "0.2.0"
 
 __all__ = [
+    "Admin",
     "AppImportError",
     "Backoff",
     "BodyTooLargeError",
@@ -77,6 +79,7 @@ __all__ = [
     "RedisUnavailableError",
     "ShardCountError",
     "Retry",
+    "RunningPage",
     "SendOutcome",
     "SendResult",
     "Sending",

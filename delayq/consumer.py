@@ -183,6 +183,12 @@ class Consumer:
         count = self._shards.counts.get(topic) or await self._shards.count(topic)
         return [keys] if count == 1 else self._shards.of(topic, count)
 
+    def _history(self, topic: str) -> int:
+        """The history records ``topic`` keeps as registered here, or -1: the scripts then
+        read the setting its workers recorded, so that a consumer that never registered the
+        topic (``delayq web`` with no app) records its tasks too."""
+        return self._options(topic).history or -1
+
     async def _reserve(
         self, topic: str, every: list[TopicKeys], limit: int, ttr_ms: int, max_attempts: int
     ) -> list[Reservation]:
@@ -196,7 +202,7 @@ class Consumer:
         for n in range(len(every)):
             found = await self._scripts.reserve_reporting(
                 every[(start + n) % len(every)], limit=wanted, reclaim=MAX_RECLAIM,
-                ttr_ms=ttr_ms, max_attempts=max_attempts,
+                ttr_ms=ttr_ms, max_attempts=max_attempts, history=self._history(topic),
             )  # fmt: skip
             if found.skipped:
                 log_skipped(topic, found.skipped)
@@ -237,7 +243,7 @@ class Consumer:
         """
         handle = LeaseHandle.parse(lease_token)
         keys = await self._route(handle)
-        cap = self._options(handle.topic).history  # recorded as ended now, start unknown
+        cap = self._history(handle.topic)  # recorded as ended now, start unknown
         lease = (handle.task_id, handle.fencing_token, ",")[: 3 if cap else 2]
         (acked,) = await self._scripts.ack(keys, [lease], history=cap)
         self._tell("acked" if acked else "lease_lost", handle)
@@ -277,7 +283,7 @@ class Consumer:
         outcome, when = await self._scripts.nack(
             keys, handle.task_id, handle.fencing_token, mode="dead" if dead else "retry",
             delay_ms=delay_ms, error=error[:MAX_ERROR_CHARS], max_attempts=options.max_attempts,
-            history=options.history,
+            history=self._history(handle.topic),
         )  # fmt: skip
         self._tell(nack_event("dead" if dead else "retry", outcome), handle, error)
         if outcome == 0:

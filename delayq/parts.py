@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from delayq.admin import Admin
 from delayq.bounds import bounded_int
 from delayq.consumer import Consumer
 from delayq.duration import Duration, to_millis
@@ -75,7 +76,10 @@ class QueueParts:
             max_body_bytes=max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,
             durable=self._durable, hooks=self.hooks, shards=self.shards, topics=self.topics,
             strict=strict_topics,
+            history=lambda topic: self.topic_options(topic).history,
         )  # fmt: skip
+        self.admin = Admin(self.redis, self.scripts, self.shards, self.name, self.topic_options)
+        """A topic as a whole: its leased tasks, all its dead letters, forgetting it."""
         self.consumer = Consumer(
             self.redis, self.scripts, queue=self.name, keys=self.keys,
             options=self.topic_options, hooks=self.hooks, shards=self.shards,

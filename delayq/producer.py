@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
     from delayq.shards import ShardMap
     from delayq.topic import OnConflict
 
+ANNOUNCE_EVERY = 60.0
+"""Seconds after which a send records its topic in the topic set again: an idle topic that
+was forgotten (``Queue.forget``) comes back to the stats once it is sent to again."""
 log = logging.getLogger("delayq")
 
 MAX_BATCH_SIZE = 1000
@@ -65,6 +69,8 @@ class Producer:
         shards: routes a task of a sharded topic to its shard.
         topics: the topics registered in this process (read at each send).
         strict: refuse sends to any other topic (``strict_topics``).
+        history: the records a topic registered in this process keeps (0: none, or not
+            registered here), which its cancels carry.
     """
 
     def __init__(
@@ -82,10 +88,12 @@ class Producer:
         shards: ShardMap,
         topics: Collection[str] = (),
         strict: bool = False,
+        history: Callable[[str], int] = lambda topic: 0,
     ) -> None:
         self._redis = redis
         self._topics = topics
         self._strict = strict
+        self._history = history
         self._shards = shards
         self._hooks = hooks
         self.scripts = scripts
@@ -95,7 +103,8 @@ class Producer:
         self._max_body_bytes = max_body_bytes
         self._past_tolerance_ms = past_tolerance_ms
         self._durable = durable
-        self._announced: set[str] = set()
+        self._announced: dict[str, float] = {}
+        """Topic -> when this process last recorded it in the topic set (monotonic s)."""
 
     async def send(
         self,
@@ -269,8 +278,10 @@ class Producer:
         return statuses
 
     async def cancel(self, topic: str, task_id: str) -> bool:
-        """Run cancel.lua (see ``Queue.cancel``) and tell the listeners."""
-        cancelled = await self.scripts.cancel(await self._shards.route(topic, task_id), task_id)
+        """Run cancel.lua (see ``Queue.cancel``) and tell the listeners.  A topic registered
+        here with ``history=N`` passes N (a script else reads what its workers recorded)."""
+        keys = await self._shards.route(topic, task_id)
+        cancelled = await self.scripts.cancel(keys, task_id, self._history(topic))
         if cancelled and self._hooks.listeners:
             self._hooks.emit(TaskEvent("cancelled", topic, task_id))
         return cancelled
@@ -294,11 +305,12 @@ class Producer:
 
     async def announce(self, topics: Iterable[str]) -> None:
         """Record topic names in the queue's topic set, which ``stats`` reads."""
-        new = [t for t in topics if t not in self._announced]
+        now = time.monotonic()
+        new = [t for t in topics if now - self._announced.get(t, -ANNOUNCE_EVERY) >= ANNOUNCE_EVERY]
         if new:
             # Also after a send that stored its task: a failover must not fail that send.
             await run_command(self._redis, lambda: self._redis.sadd(topics_key(self._queue), *new))
-            self._announced.update(new)
+            self._announced.update(dict.fromkeys(new, now))
 
     async def announce_quietly(self, topic: str) -> None:
         """Record ``topic`` for ``stats`` after a task was stored; a failure is only logged.
@@ -306,7 +318,7 @@ class Producer:
         The topic set only feeds stats(), so failing to update it must neither write
         anything for a rejected send nor fail a send that succeeded.
         """
-        if topic in self._announced:
+        if time.monotonic() - self._announced.get(topic, -ANNOUNCE_EVERY) < ANNOUNCE_EVERY:
             return
         try:
             await self.announce([topic])

@@ -68,8 +68,8 @@ class Queue:
         self.hooks, self.history, self.registry = parts.hooks, parts.history, parts.registry
         self.middlewares: list[Middleware] = []
         self.lifespan_factory: Lifespan | None = None
-        self.consumer = parts.consumer
-        """Lease, ack, nack and extend tasks without a handler (:class:`~delayq.Consumer`)."""
+        self.consumer, self.admin = parts.consumer, parts.admin
+        """Handler-less leases (:class:`~delayq.Consumer`); a topic as a whole (:class:`~delayq.Admin`)."""
         self.keys, self.shard_keys, self.announce = parts.keys, parts.shard_keys, parts.announce
         self.check_shards, self.topic_options = parts.check_shards, parts.topic_options
 

@@ -182,6 +182,20 @@ async def test_cancel(env: dict[str, str], queue: Queue) -> None:
     assert "not cancelled" in again.stderr
 
 
+async def test_forget_removes_a_topic_that_holds_no_task(env: dict[str, str], queue: Queue) -> None:
+    await queue.send_delayed("order.clsoe", {}, delay=60, task_id="typo")
+    await queue.pause("order.clsoe")
+    held = await cli(env, "forget", "--name", queue.name, "order.clsoe")
+    assert held.returncode == 1
+    assert "still holds tasks" in held.stderr
+    assert await queue.cancel("order.clsoe", "typo")
+    gone = await cli(env, "forget", "--name", queue.name, "order.clsoe")
+    assert gone.returncode == 0, gone.stderr
+    assert "forgot order.clsoe" in gone.stdout
+    assert "order.clsoe" not in await queue.topic_names()
+    assert await queue.stats(["order.clsoe"]) == {}
+
+
 async def test_dead_lists_and_replays(
     env: dict[str, str], queue: Queue, start_worker: StartWorker
 ) -> None:

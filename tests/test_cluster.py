@@ -216,3 +216,20 @@ async def test_pause_resume_and_periodic_on_a_cluster(cq: Queue) -> None:
         await wait_for(lambda: ran and len(ticks) >= 2, 5, "the held task and two ticks")
     assert ran == ["held"]
     assert len(ticks) >= 2
+
+
+async def test_bulk_dead_letters_and_forget_on_a_cluster(cq: Queue) -> None:
+    @cq.topic("bulk", shards=3)
+    async def handle(body: object) -> None: ...
+
+    for n in range(6):
+        await cq.send("bulk", {"n": n}, task_id=f"d{n}")
+    for task in await cq.consumer.lease("bulk", limit=6):
+        await cq.consumer.nack(task.lease_token, dead=True, error="boom")
+    assert await cq.admin.replay_dead("bulk") == 6
+    for task in await cq.consumer.lease("bulk", limit=6):
+        await cq.consumer.nack(task.lease_token, dead=True, error="boom")
+    assert await cq.admin.delete_dead("bulk") == 6
+    assert await cq.stats(["bulk"]) == {}
+    assert await cq.admin.forget("bulk")
+    assert "bulk" not in await cq.topic_names()

@@ -113,6 +113,17 @@ async def _resume(queue: Queue, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _forget(queue: Queue, args: argparse.Namespace) -> int:
+    if await queue.admin.forget(args.topic):
+        print(f"forgot {args.topic}: its controls, history and counters are gone")
+        return 0
+    print(
+        f"{args.topic} still holds tasks: cancel them (or wait until they finish) first",
+        file=sys.stderr,
+    )
+    return 1
+
+
 async def _get(queue: Queue, args: argparse.Namespace) -> int:
     info = await queue.get(args.topic, args.task_id)
     if info is None:
@@ -285,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, handler, text in (
         ("pause", _pause, "stop every worker from leasing a topic's tasks"),
         ("resume", _resume, "let a paused topic's tasks be leased again"),
+        ("forget", _forget, "clean the stored state of a topic that holds no task"),
     ):
         control = command(name, handler, text, app_required=False)
         control.add_argument("topic")

@@ -233,6 +233,15 @@ class TopicKeys:
             number = hashed % level
         return f"{self.prefix}tasks:{number:03x}"
 
+    def stored(self) -> tuple[str, ...]:
+        """Every key of the topic's state but its task buckets and schedule slots (which
+        Redis deletes once empty) and a periodic chain (never deleted: a deploy may still
+        run its schedule), in the order forget.lua takes them as KEYS."""
+        return (self.prefix, self.wheel, self.reserved, self.dead, self.controls, self.meta,
+                self.seq, self.errors, self.buckets, self.starts, self.prio, self.prio_ready,
+                self.prio_mark, self.clock, self.history, self.rollup, self.archive,
+                self.prefix + "slots")  # fmt: skip
+
     def slot(self, number: bytes | str) -> str:
         """The schedule slot (ZSET id -> due ms) named ``number`` in the wheel."""
         name = number.decode() if isinstance(number, bytes) else number

@@ -100,7 +100,8 @@ class TaskScripts:
         copies that read it (:func:`delayq.redis.source.use_test_clock`)."""
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters", "upcoming", "timeline", "control",
-                 "tick", "tick_state", "tick_look", "rollup", "shards", "clock", "archived")  # fmt: skip
+                 "tick", "tick_state", "tick_look", "rollup", "shards", "clock", "archived",
+                 "dead_bulk", "forget", "running")  # fmt: skip
         self._scripts = {
             name: self._client.register_script(lua_source(name, test_clock=test_clock_on()))
             for name in names

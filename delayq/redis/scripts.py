@@ -7,7 +7,7 @@ letters, the upcoming schedule, controls and periodic ticks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from delayq.redis.lifecycle import (
     MAX_UNPACK,
@@ -52,10 +52,24 @@ class Scripts(TaskScripts):
             on, so they go through ``client``): concurrent calls through it are pipelined.
     """
 
-    async def cancel(self, keys: TopicKeys, task_id: str) -> bool:
-        """Run cancel.lua. Returns whether a delayed, ready or dead task was removed."""
-        keyset = waiting_keys(keys)
-        return bool(_int(await self._run("cancel", keyset, (task_id,))))
+    async def cancel(self, keys: TopicKeys, task_id: str, history: int = 0) -> bool:
+        """Run cancel.lua. Returns whether a delayed, ready or dead task was removed; a
+        topic this process registered with ``history`` records it (0: as its workers say)."""
+        args: tuple[str | int, ...] = (task_id, history) if history else (task_id,)
+        return bool(_int(await self._run("cancel", waiting_keys(keys), args)))
+
+    async def dead_bulk(
+        self, keys: TopicKeys, mode: Literal["replay", "delete"], most: int, history: int = 0
+    ) -> int:
+        """Run dead_bulk.lua: replay or delete up to ``most`` dead letters. Returns how many."""
+        args = (mode, most, keys.wake_publish, history)
+        return _int(await self._run("dead_bulk", waiting_keys(keys), args))
+
+    async def forget(self, keys: TopicKeys, idle_ms: int | None = None) -> bool:
+        """Run forget.lua: delete the keys of a topic that holds no task (``idle_ms``: only
+        once a sweep has seen it idle, with no controls, that long). Returns whether it did."""
+        args = ("now", 0) if idle_ms is None else ("idle", idle_ms)
+        return bool(_int(await self._run("forget", keys.stored(), args)))
 
     async def reschedule(
         self, keys: TopicKeys, task_id: str, *, absolute: bool, value_ms: int, tolerance_ms: int
@@ -132,6 +146,21 @@ class Scripts(TaskScripts):
             for i in range(1, len(reply), 4)
         ]
         return _int(reply[0]), rows
+
+    async def running(
+        self, keys: TopicKeys, *, offset: int, limit: int
+    ) -> tuple[int, int, list[tuple[str, bytes | None, str | None, int]]]:
+        """Run running.lua. Returns (now ms, leases held, [(id, envelope, error, lease
+        deadline ms), ...]) in deadline order."""
+        reply = await self._run(
+            "running", (keys.prefix, keys.reserved, keys.errors), (offset, limit)
+        )
+        rows = [
+            (_text(reply[i]), reply[i + 1] or None, _text(reply[i + 2]) if reply[i + 2] else None,
+             int(float(reply[i + 3])))
+            for i in range(2, len(reply), 4)
+        ]  # fmt: skip
+        return _int(reply[0]), _int(reply[1]), rows
 
     async def upcoming(
         self, keys: TopicKeys, *, limit: int, after: tuple[int, str] | None

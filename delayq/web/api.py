@@ -8,7 +8,7 @@ hold ``/``: send it as ``%2F`` (see :func:`delayq.web.app.keep_encoded_slashes`)
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Response
 
@@ -46,6 +46,7 @@ from delayq.web.models import (
     TopicRow,
     WhoAmI,
 )
+from delayq.web.operate import Sweeper, filtered_history
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -58,7 +59,7 @@ QUERY = {
     "dead": ("offset", "limit"),
     "upcoming": ("limit", "cursor"),
     "timeline": ("window", "windows"),
-    "history": ("limit", "before"),
+    "history": ("limit", "before", "outcome"),
 }
 """The query parameters each endpoint takes (any other is refused)."""
 SEND_FIELDS = ("topic", "task_id", "delay", "at", "ttr", "max_attempts", "body")
@@ -93,6 +94,7 @@ class Api:
         self.stopping = stopping
         self.require = authorizer(tokens)
         self._names: tuple[float, list[str]] | None = None
+        self.sweeper = Sweeper(queue)
 
     async def topic_names(self) -> list[str]:
         """The queue's topic names, read at most once per :data:`NAMES_TTL` seconds: the
@@ -100,7 +102,8 @@ class Api:
         dashboard refreshing in that time."""
         now = asyncio.get_running_loop().time()
         if self._names is None or now - self._names[0] > NAMES_TTL:
-            self._names = (now, await self.queue.topic_names())
+            names = await self.sweeper.sweep(await self.queue.topic_names())
+            self._names = (now, names)
         return self._names[1]
 
     def router(self, *, documented: bool = False) -> APIRouter:
@@ -306,12 +309,15 @@ class Api:
         topic: str,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         before: Annotated[int | None, Query(ge=1, le=2**53)] = None,
+        outcome: Annotated[Literal["acked", "dead", "cancelled"] | None, Query()] = None,
     ) -> HistoryPage:
         """The topic's finished tasks (acked, dead-lettered, cancelled), newest first, if it
         keeps history; pass `next_before` back as `before` for the next page (a sharded
         topic: one page of the shards' newest records, `next_before` null)."""
         topic = name(topic)
         with naming("topic", "limit", "before"):
+            if outcome is not None:  # only that `outcome`, reading up to 2,000 records
+                return await filtered_history(self.queue, topic, limit, before, outcome)
             records = await self.queue.history(topic, limit=limit, before=before)
         # A sharded topic numbers its records per shard: one merged page, no next one.
         sharded = await self.queue.shards.count(topic) > 1

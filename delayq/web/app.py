@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -11,11 +12,12 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 import delayq
-from delayq.web.api import SLASH, Api
+from delayq.web.api import SLASH, Api, name
 from delayq.web.auth import Tokens
 from delayq.web.dashboard import install as install_dashboard
 from delayq.web.endpoint import routes as per_task_routes
 from delayq.web.errors import ApiError, install, response_for
+from delayq.web.operate import Operate
 from delayq.web.workers import router as workers_router
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ BODY_MARGIN = 64 * 1024
 
 def create_app(
     queue: Queue,
-    tokens: Tokens | None = None,
+    tokens: Tokens | Mapping[str, Iterable[str]] | None = None,
     *,
     title: str = "delayq",
     stopping: asyncio.Event | None = None,
@@ -47,14 +49,18 @@ def create_app(
     Args:
         queue: the queue to serve; register its topics' handlers in this process to share
             their lease length, attempt limit and backoff with HTTP consumers.
-        tokens: who may do what (:class:`~delayq.web.auth.Tokens`); ``None`` or none
+        tokens: who may do what: a :class:`~delayq.web.auth.Tokens`, or a mapping of
+            token -> scopes (``{"<token>": ["read", "produce"]}``); ``None`` or none
             configured: read-only, and reads need no token.
         title: the API's title in the OpenAPI document.
         stopping: once set, long polls (``reserve`` with ``wait``) answer at once with
             no task instead of holding up the server's graceful stop (``delayq web``
             sets it on SIGTERM).
+
+    Raises:
+        TypeError: ``tokens`` is neither a ``Tokens`` nor a mapping.
+        InvalidInputError: a token or scope in the mapping is not valid.
     """
-    tokens = tokens if tokens is not None else Tokens()
     app = FastAPI(
         title=title,
         version=delayq.__version__,
@@ -64,11 +70,17 @@ def create_app(
     )
     app.state.delayq_queue = queue
     install(app)
-    api = Api(queue, tokens, stopping)
+    api = Api(queue, _tokens(tokens), stopping)
+    operate = Operate(queue, api.require, name)
+    app.include_router(operate.router())
     app.include_router(api.router())
-    app.include_router(workers_router(queue, tokens))
+    app.include_router(workers_router(queue, api.tokens))
     install_dashboard(app)
-    documented = api.router(documented=True).routes + workers_router(queue, tokens).routes
+    documented = [
+        *operate.router().routes,
+        *api.router(documented=True).routes,
+        *workers_router(queue, api.tokens).routes,
+    ]
     document: dict[str, Any] = {}
 
     def openapi() -> dict[str, Any]:
@@ -80,6 +92,21 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     return DelayqApp(app, per_task_routes(api), queue.max_body_bytes + BODY_MARGIN)
+
+
+def _tokens(tokens: object) -> Tokens:
+    """``tokens`` as :class:`Tokens`: checked here, once, so that a mistake is an error at
+    start and never a 500 per request."""
+    if tokens is None:
+        return Tokens()
+    if isinstance(tokens, Tokens):
+        return tokens
+    if isinstance(tokens, Mapping):
+        return Tokens(tokens)
+    raise TypeError(
+        "tokens must be a delayq.web.Tokens or a mapping of token -> scopes "
+        f"(e.g. {{'<token>': ['read']}}), got {type(tokens).__name__}"
+    )
 
 
 class DelayqApp:

@@ -1,5 +1,6 @@
 """The dashboard: one page and its assets, served from the package (no CDN: it works
-offline).  The page is a client of the API (``static/app.js``); it holds no data itself."""
+offline).  The page is a client of the API (``static/app.js`` and the modules it
+imports); it holds no data itself."""
 
 from __future__ import annotations
 
@@ -38,5 +39,14 @@ def install(app: FastAPI) -> None:
         if not request.url.path.endswith("/"):
             return RedirectResponse(request.url.replace(path=request.url.path + "/"))
         return HTMLResponse(page, headers=SECURITY_HEADERS)
+
+    icon = STATIC.joinpath("favicon.svg").read_bytes()
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        # Browsers ask for it at the root whatever the page links; an SVG serves both.
+        return Response(
+            icon, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"}
+        )
 
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")

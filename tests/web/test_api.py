@@ -308,6 +308,12 @@ async def test_the_app_mounts_under_a_prefix(queue: Queue) -> None:
         assert "script-src 'self'" in page.headers["content-security-policy"]
         script = await client.get("/delayq/static/app.js")
         assert script.status_code == 200 and "sessionStorage" in script.text
+        for module in ("core", "overview", "topic", "task", "charts"):  # what app.js imports
+            served = await client.get(f"/delayq/static/{module}.js")
+            assert "javascript" in served.headers["content-type"], module
+        icon = await client.get("/delayq/favicon.ico")
+        assert (icon.status_code, icon.headers["content-type"]) == (200, "image/svg+xml")
+        assert 'rel="icon"' in page.text
         assert (await client.get("/delayq/static/../app.py")).status_code == 404
     assert await queue.topic_names() == ["a/b"]
 

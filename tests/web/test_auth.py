@@ -12,10 +12,11 @@ from starlette.routing import Route
 
 from delayq import InvalidInputError, Queue
 from delayq.web import Tokens, create_app
-from delayq.web.api import Api
+from delayq.web.api import Api, name
 from delayq.web.app import DelayqApp
 from delayq.web.auth import SCOPES
 from delayq.web.endpoint import routes as per_task_routes
+from delayq.web.operate import Operate
 from delayq.web.workers import router as workers_router
 from tests.web.conftest import TOKENS, auth, tokens
 
@@ -139,12 +140,14 @@ def test_bad_token_configurations_are_refused(text: str) -> None:
 
 def test_every_served_route_is_in_the_openapi_document(app: DelayqApp, queue: Queue) -> None:
     api = Api(queue, tokens())
+    operate = Operate(queue, api.require, name).router().routes
     served = {
         (method, route.path)
         for route in [
             *per_task_routes(api),
             *api.router().routes,
             *workers_router(queue, tokens()).routes,
+            *operate,
         ]
         if isinstance(route, (Route, APIRoute))
         for method in route.methods or ()

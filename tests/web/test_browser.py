@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
@@ -21,6 +22,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from delayq import Queue
 from delayq.testing import PrivateRedis
 from tests.fixtures_delayq import StartWorker
+from tests.helpers import expire_lease
 from tests.web.conftest import TOKENS
 from tests.web.server import WebServer
 
@@ -224,3 +226,131 @@ async def test_ten_thousand_topics_are_paged(
     await page.fill("#prefix", "topic-0999")
     await expect(page.locator("#page-info")).to_have_text("1\u201310 of 10", timeout=WAIT_MS)
     await asyncio.sleep(0)
+
+
+async def test_an_operator_reads_history_and_acts_on_tasks_with_confirmation(
+    browser: Browser, web: WebServer, queue: Queue, start_worker: StartWorker
+) -> None:
+    @queue.topic("orders", history=100)
+    async def handle(body: object) -> None: ...
+
+    for n in range(3):
+        await queue.send_delayed("orders", {"n": n}, 600, task_id=f"gone-{n}")
+        assert await queue.cancel("orders", f"gone-{n}")
+    for n in range(4):
+        await queue.send("orders", {"n": n}, task_id=f"bad-{n}")
+    for leased in await queue.consumer.lease("orders", limit=4):
+        await queue.consumer.nack(leased.lease_token, dead=True, error="ValueError: no")
+    await queue.send_delayed("orders", {"n": 9}, 3600, task_id="later")
+
+    page = await open_dashboard(browser, web)
+    answers: list[str] = []
+    accept = {"value": False}
+
+    async def on_dialog(dialog: Any) -> None:
+        answers.append(dialog.message)
+        await (dialog.accept() if accept["value"] else dialog.dismiss())
+
+    page.on("dialog", on_dialog)
+    await page.goto(f"{web.url}/#/topic/orders")
+    # History: newest first, filtered by outcome.
+    await expect(page.locator("#history tr")).to_have_count(7, timeout=WAIT_MS)
+    await expect(page.locator("#history tr").first).to_have_attribute("data-history", "bad-3")
+    await page.select_option("#history-outcome", "cancelled")
+    await expect(page.locator("#history tr")).to_have_count(3, timeout=WAIT_MS)
+    await expect(page.locator("#history tr").first).to_contain_text("cancelled")
+    await shot(page, "web-history.png", tmp_path=Path(web.log).parent)
+
+    # Delete all, dismissed: nothing changes; Replay all, accepted: every letter is ready.
+    await page.click("#delete-all")
+    await expect(page.locator("#dead tr[data-dead]")).to_have_count(4, timeout=WAIT_MS)
+    assert "Delete all 4 dead letters" in answers[-1]
+    accept["value"] = True
+    await page.click("#replay-all")
+    await expect(page.locator("#notice")).to_contain_text(
+        "Replayed 4 dead letters", timeout=WAIT_MS
+    )
+    assert (await queue.stats(["orders"]))["orders"].dead == 0
+    # A worker records the topic's history setting for the web process's cancels; paused,
+    # it leases nothing.
+    await queue.pause("orders")
+    await start_worker(queue)
+
+    # Find with only an id, on the topic's page.
+    await page.fill("#lookup-id", "later")
+    await page.click("#lookup button")
+    await expect(page.locator("#state")).to_have_text("delayed", timeout=WAIT_MS)
+    # Run now, then reschedule an hour out by a delay.
+    await page.click("#run-now")
+    await expect(page.locator("#state")).to_have_text("ready", timeout=WAIT_MS)
+    await page.fill("#reschedule-delay", "3600")
+    await page.click("#reschedule")
+    await expect(page.locator("#state")).to_have_text("delayed", timeout=WAIT_MS)
+    info = await queue.get("orders", "later")
+    assert info is not None and info.due_at is not None
+    # Cancel asks first; dismissed, the task stays.
+    accept["value"] = False
+    await page.click("#cancel")
+    await expect(page.locator("#state")).to_have_text("delayed")
+    assert "Cancel task later" in answers[-1]
+    assert await queue.get("orders", "later") is not None
+    accept["value"] = True
+    await page.click("#cancel")
+    # Its topic keeps history: the page shows how it finished.
+    await expect(page.locator("#outcome")).to_have_text("cancelled", timeout=WAIT_MS)
+
+    # An unknown id is not found, never done; Find with no topic says what is missing.
+    await page.goto(f"{web.url}/#/task/orders/no-such-id")
+    await expect(page.locator("#state")).to_have_text("not found", timeout=WAIT_MS)
+    await page.goto(f"{web.url}/#/")
+    await page.fill("#lookup-topic", "")
+    await page.fill("#lookup-id", "later")
+    await page.click("#lookup button")
+    await expect(page.locator("#notice")).to_contain_text("give the task's topic too")
+    assert (await page.request.get(f"{web.url}/favicon.ico")).ok
+
+
+async def test_the_running_section_flags_an_expired_lease(
+    browser: Browser, web: WebServer, queue: Queue
+) -> None:
+    for n in range(2):
+        await queue.send("jobs", {"n": n}, task_id=f"job-{n}")
+    assert len(await queue.consumer.lease("jobs", limit=2, ttr=300)) == 2
+    await expire_lease(queue.redis, queue.keys("jobs"), "job-1")
+    page = await open_dashboard(browser, web, scope="read")
+    await page.goto(f"{web.url}/#/topic/jobs")
+    await expect(page.locator("#running tr[data-running]")).to_have_count(2, timeout=WAIT_MS)
+    expired = page.locator('tr[data-running="job-1"]')
+    await expect(expired).to_contain_text("lease expired")
+    await expect(page.locator('tr[data-running="job-0"]')).not_to_contain_text("expired")
+    await expect(page.locator("#running tr").first).to_have_attribute("data-running", "job-1")
+
+
+async def test_the_workers_page_and_the_no_consumer_badge(
+    browser: Browser, web: WebServer, queue: Queue, start_worker: StartWorker
+) -> None:
+    await queue.send("nobody.home", {}, task_id="stuck")  # ready, and nothing consumes it
+
+    @queue.topic("served")
+    async def handle(body: object) -> None: ...
+
+    worker = await start_worker(queue)
+    page = await open_dashboard(browser, web, scope="read")
+    badge = page.locator('[data-no-consumer="nobody.home"]')
+    await expect(badge).to_have_text("no consumer", timeout=WAIT_MS)
+    assert await page.locator('[data-no-consumer="served"]').count() == 0
+    await page.click('tr[data-topic="nobody.home"] a')
+    await expect(page.locator('#controls [data-no-consumer="nobody.home"]')).to_be_visible(
+        timeout=WAIT_MS
+    )
+    # The header links to the Workers page from every page; it refreshes live.
+    await page.click("#nav-workers")
+    row = page.locator('#workers tr[data-kind="worker"]')
+    await expect(row).to_have_count(1, timeout=WAIT_MS)
+    await expect(row).to_contain_text("served")
+    await expect(row.locator("td").nth(1)).to_have_text(str(os.getpid()))
+    await expect(page.locator('#workers tr[data-kind="http"]')).to_have_count(1)  # delayq web
+    await expect(page.locator("#workers-info")).to_contain_text("1 worker, 1 HTTP server")
+    worker.stop()  # a clean stop leaves the registry at once
+    await expect(row).to_have_count(0, timeout=WAIT_MS)
+    await expect(page.locator("#workers-info")).to_contain_text("No live worker")

@@ -31,6 +31,8 @@ TOPIC = [
     "topics/{t}/upcoming?limit=20",
     "topics/{t}/dead?offset=0&limit=20",
     "topics/{t}/activity",
+    "topics/{t}/history?limit=20",
+    "topics/{t}/running?limit=20",
 ]
 """What app.js requests per refresh (overview; topic page)."""
 

@@ -2,7 +2,8 @@
 -- ack.lua: finish a batch of leased tasks (delete them), each only if its lease token still matches.
 -- KEYS[1] prefix of the task buckets (see _layout.lua)   KEYS[2] reserved (ZSET)
 -- KEYS[3] errors (HASH)   KEYS[4] controls (HASH, see _controls.lua)
--- ARGV[1] wake channel   ARGV[2] history: records the topic keeps (0: none; see _history.lua)
+-- ARGV[1] wake channel   ARGV[2] history: records the topic keeps (0: none; -1: the setting
+-- its workers recorded in <prefix>meta, for a consumer that did not register it; _history.lua)
 -- ARGV[3..]: id1, token1, id2, token2, ... or, when ARGV[2] > 0, id1, token1, times1, ...
 --   where times is "<handler started ms>,<handler ended ms>" on Redis's clock
 -- Returns: {r1, r2, ...} with 1 for an acked task, 0 where the lease was lost to another worker.
@@ -14,7 +15,10 @@
 --@include _history
 local prefix, reserved, errors, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local channel, cap = ARGV[1], tonumber(ARGV[2])
-local step = cap > 0 and 3 or 2
+local step = cap ~= 0 and 3 or 2
+if cap < 0 then
+  cap = tonumber(redis.call('HGET', meta_key(prefix), 'history')) or 0
+end
 local bad = check_types(history_kinds(prefix, cap, { [reserved] = 'zset', [errors] = 'hash' }))
   or load_buckets(prefix)
 if bad then

@@ -3,10 +3,10 @@
 -- somewhere and cannot be recalled, so it is left alone.
 -- KEYS[1] prefix of the task buckets and schedule slots (see _layout.lua)
 -- KEYS[2] wheel (ZSET)   KEYS[3] dead (ZSET)   KEYS[4] errors (HASH)
--- ARGV[1] id
+-- ARGV[1] id   ARGV[2] records of history the caller's registration of the topic keeps
+-- (absent or 0: the setting its workers record in <prefix>meta)
 -- Returns: 1 removed | 0 unknown or reserved
--- A topic that keeps history (its workers record the setting in <prefix>meta) records the
--- cancelled task (_history.lua).
+-- A topic that keeps history records the cancelled task (_history.lua).
 --@include _envelope
 --@include _layout
 --@include _priority
@@ -19,7 +19,10 @@ local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash', 
 if bad then
   return bad
 end
-local cap = tonumber(redis.call('HGET', meta_key(prefix), 'history')) or 0
+local cap = tonumber(ARGV[2]) or 0
+if cap <= 0 then
+  cap = tonumber(redis.call('HGET', meta_key(prefix), 'history')) or 0
+end
 bad = check_types(history_kinds(prefix, cap, {}))
 if bad then
   return bad

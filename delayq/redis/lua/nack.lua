@@ -8,7 +8,8 @@
 --         attempts, e.g. a body that no longer validates) or 'release' (the attempt never ran:
 --         due now and not counted, as on a graceful shutdown)
 -- ARGV[4] retry delay ms   ARGV[5] error text ('' for none)   ARGV[6] topic default max attempts
--- ARGV[7] wake channel   ARGV[8] history: records the topic keeps (0: none; _history.lua)
+-- ARGV[7] wake channel   ARGV[8] history: records the topic keeps (0: none; -1: the setting
+-- its workers recorded in <prefix>meta; _history.lua)
 -- ARGV[9] "<handler started ms>,<handler ended ms>" (',' when it did not run), for history
 -- Returns: {0} lease lost | {1, due_ms} rescheduled | {2, now_ms} dead-lettered
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
@@ -24,6 +25,9 @@ local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua
 local id, token, mode = ARGV[1], ARGV[2], ARGV[3]
 local delay, err, default_max, channel = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
 local cap, times = tonumber(ARGV[8]) or 0, ARGV[9] or ','
+if cap < 0 then
+  cap = tonumber(redis.call('HGET', meta_key(prefix), 'history')) or 0
+end
 
 local bad = check_types(history_kinds(prefix, cap, { [wheel] = 'zset', [reserved] = 'zset',
   [dead] = 'zset', [errors] = 'hash', [slot_counter(prefix)] = 'string',

@@ -8,8 +8,8 @@
 -- KEYS[8] starts (HASH, the rate limit's recent leases, see _controls.lua)
 -- ARGV[1] max tasks to lease   ARGV[2] max expired leases to reclaim
 -- ARGV[3] topic default ttr ms  ARGV[4] topic default max attempts
--- ARGV[5] history: records the topic keeps (0: none; see _history.lua), for the expired
---   leases it dead-letters
+-- ARGV[5] history: records the topic keeps (0: none; -1: the setting its workers recorded in
+--   <prefix>meta; see _history.lua), for the expired leases it dead-letters
 -- Returns: {now_us, next_ms, skipped, id1, envelope1, id2, envelope2, ...}
 --   now_us: Redis time in microseconds, so the caller's sleep until next_ms is not up to
 --   1 ms too long; next_ms: earliest due time or lease deadline still pending (-1 if none);
@@ -61,6 +61,9 @@ end
 local max_tasks, max_reclaim = tonumber(ARGV[1]), tonumber(ARGV[2])
 local default_ttr, default_max = tonumber(ARGV[3]), tonumber(ARGV[4])
 local cap = tonumber(ARGV[5]) or 0
+if cap < 0 then  -- a consumer that did not register the topic: what its workers recorded
+  cap = tonumber(redis.call('HGET', meta_key(prefix), 'history')) or 0
+end
 bad = check_types(history_kinds(prefix, cap, {}))
 if bad then
   return bad
