@@ -37,8 +37,10 @@ ACL_COMMANDS = [
     "time", "type", "zrange", "zadd", "zrem", "zremrangebyrank", "zscore", "zmscore",
     "zcard", "zcount", "hget", "hmget", "hset", "hdel", "hexists", "incrby", "publish",
     "get", "hlen", "exists", "hincrby",
-    # inside the scripts, only for a topic with a rate limit
+    # inside the scripts, only for a topic with a rate limit, and the registry's heartbeat
     "pexpire",
+    # inside the registry's heartbeat (a worker's entry, and the ones that expired)
+    "zremrangebyscore", "pttl",
     # inside the scripts, only when a task bucket splits (a topic of ~100,000 tasks)
     "hgetall", "set", "object|encoding",
 ]  # fmt: skip
