@@ -14,9 +14,7 @@ import delayq
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 # Versions as PEP 440 writes them, pre-releases too (opentelemetry's instrumentation is 0.x b).
-BOUNDED = re.compile(
-    r"[A-Za-z0-9_.\-]+(\[[a-z,]+\])?>=[0-9][0-9a-z.]*,<[0-9][0-9a-z.]*(;.*)?"
-)
+BOUNDED = re.compile(r"[A-Za-z0-9_.\-]+(\[[a-z,]+\])?>=[0-9][0-9a-z.]*,<[0-9][0-9a-z.]*(;.*)?")
 
 
 def requirements() -> list[str]:

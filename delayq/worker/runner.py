@@ -231,6 +231,11 @@ class Worker:
         log.info("worker started: topics=%s concurrency=%d", names, self.concurrency)
         keepers = periodic_keepers(self.queue, self.topics, self.heartbeat, self._wakeup,
                                    self._stopping, self._outage)  # fmt: skip
+        if keepers:
+            # Registered before a first look claims a chain: otherwise a worker of the
+            # chain's old schedule sees a schedule nobody runs and takes the chain back.
+            with contextlib.suppress(DelayqError):  # the heartbeat loop retries and warns
+                await self.heartbeat.beat()
         for keeper in keepers:  # before any lease: see first_look's docstring
             await keeper.first_look()
         # Consumers live outside the TaskGroup: a handler that ignores cancellation (some
