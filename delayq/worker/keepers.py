@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
+from delayq.errors import DelayqError
 from delayq.worker.periodic import Keeper
 from delayq.worker.takeover import Takeover
 
@@ -33,3 +35,18 @@ def periodic_keepers(
                 stopping, outage, takeover=Takeover(heartbeat, topic.name),
             ))  # fmt: skip
     return keepers
+
+
+async def start_keepers(keepers: list[Keeper], heartbeat: Heartbeat) -> None:
+    """Before a worker leases anything: register its schedules with one heartbeat, then
+    give each keeper its first look (see :meth:`~delayq.worker.periodic.Keeper.first_look`).
+
+    Registered first, since a first look may claim a chain: a worker of the chain's old
+    schedule would otherwise see the new schedule run by nobody and take the chain back.
+    """
+    if not keepers:
+        return
+    with contextlib.suppress(DelayqError):  # the heartbeat loop retries and warns
+        await heartbeat.beat()
+    for keeper in keepers:
+        await keeper.first_look()

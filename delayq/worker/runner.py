@@ -42,7 +42,7 @@ from delayq.worker.embedded import start as start_embedded
 from delayq.worker.embedded import stop as stop_embedded
 from delayq.worker.execution import Executor
 from delayq.worker.heartbeat import DEFAULT_INTERVAL, Heartbeat, heartbeat_seconds
-from delayq.worker.keepers import periodic_keepers
+from delayq.worker.keepers import periodic_keepers, start_keepers
 from delayq.worker.lease import Deadlines, Delivery, Slots, local_deadline
 from delayq.worker.report import Reporter, log_skipped, tell_reclaimed
 from delayq.worker.rollup import prepare
@@ -231,13 +231,7 @@ class Worker:
         log.info("worker started: topics=%s concurrency=%d", names, self.concurrency)
         keepers = periodic_keepers(self.queue, self.topics, self.heartbeat, self._wakeup,
                                    self._stopping, self._outage)  # fmt: skip
-        if keepers:
-            # Registered before a first look claims a chain: otherwise a worker of the
-            # chain's old schedule sees a schedule nobody runs and takes the chain back.
-            with contextlib.suppress(DelayqError):  # the heartbeat loop retries and warns
-                await self.heartbeat.beat()
-        for keeper in keepers:  # before any lease: see first_look's docstring
-            await keeper.first_look()
+        await start_keepers(keepers, self.heartbeat)  # before any lease
         # Consumers live outside the TaskGroup: a handler that ignores cancellation (some
         # libraries swallow it on Python 3.11) must not keep run() from returning.
         consumers = [asyncio.create_task(self._consume()) for _ in range(self.concurrency)]
