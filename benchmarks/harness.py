@@ -368,7 +368,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.libs = _pick(args.only, list(RUNNABLE), "library", list(PEERS))
     args.scenarios = _pick(args.scenarios, list(scenarios.SCENARIOS), "scenario", DEFAULT_SCENARIOS)
     if not args.only and all(scenarios.SCENARIOS[name].once for name in args.scenarios):
-        # Only once-per-round scenarios (ceiling): no library's runner is needed,
+        # Only once-per-round scenarios (observe): no library's runner is needed,
         # nor a chart of the libraries.
         args.libs, args.no_chart = [], True
     args.rounds = args.rounds or (1 if args.quick else 3)

@@ -86,17 +86,6 @@ def plot_throughput(
         ax.bar_label(
             drawn, labels=[f"{v:,.0f}" for v in values], fontsize=6, rotation=90, padding=2
         )
-    ceiling = summary.get("redis-py", {}).get("evalsha_seq_rate")
-    if ceiling and metrics:
-        ax.axhline(ceiling, color="grey", linestyle="--", linewidth=1)
-        ax.annotate(
-            f"bare redis-py, sequential EVALSHA: {ceiling:,.0f}/s",
-            (-0.5, ceiling),
-            ha="left",
-            va="bottom",
-            fontsize=8,
-            color="grey",
-        )
     ax.set_xticks(range(len(metrics)), [t for _, t in metrics], fontsize=8)
     ax.set_yscale("log")
     if highest:

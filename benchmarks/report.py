@@ -207,9 +207,6 @@ def tables(results: dict[str, Any]) -> str:
             header.append("")
             rows = [row + [""] * (len(header) - len(row)) for row in rows]
         parts.append(table(title, rows, header))
-    ceiling = results["summary"].get(scenarios.CEILING_KEY)
-    if ceiling:
-        parts.append(_ceiling(results, ceiling))
     judged = targets.text([targets.Verdict(**v) for v in results.get("targets", [])])
     if judged:
         parts.append(judged)
@@ -222,75 +219,6 @@ def tables(results: dict[str, Any]) -> str:
     if errors:
         parts.append(errors)
     return "\n\n".join(parts)
-
-
-def _ceiling(results: dict[str, Any], ceiling: dict[str, Any]) -> str:
-    """The bare redis-py rates, Redis CPU per bare request, and each library's enqueue/s
-    as a fraction of both sequential ceilings."""
-
-    def line(what: str, key: str) -> str:
-        return (
-            f"  {what:<56} {fmt(ceiling.get(key + '_rate'), 'rate'):>7}/s"
-            f"   redis-server CPU {fmt(ceiling.get(key + '_cpu_usec'), 'dec'):>6} us/request"
-        )
-
-    lines = [
-        "Ceiling, bare redis-py (same run; redis-server CPU = INFO cpu user+sys / requests):",
-        line("sequential EVALSHA 'return 1', one connection", "evalsha_seq"),
-        line("sequential EVALSHA 'return 1', no socket_timeout", "evalsha_untimed_seq"),
-        line("sequential EVALSHA 'return 1', delayq's script lane", "evalsha_lane_seq"),
-        line("delayq send_delayed, in the same slices", "delayq_send_seq"),
-        line("delayq send_delayed, socket_timeout=None (no watchdog)", "delayq_send_untimed_seq"),
-        line("sequential EVALSHA, from_url's blocking pool", "evalsha_pooled"),
-        line("sequential EVALSHA 'return 1' with send.lua's 12 args", "evalsha_args_seq"),
-        line("sequential EVALSHA of delayq's send.lua, one connection", "send_lua_seq"),
-        line("pipelined EVALSHA 'return 1' (1,000 per batch)", "evalsha_pipe"),
-        line("pipelined LPUSH (1,000 per batch)", "lpush_pipe"),
-    ]
-    single, pooled = ceiling.get("evalsha_seq_rate"), ceiling.get("evalsha_pooled_rate")
-    untimed = ceiling.get("evalsha_untimed_seq_rate")
-    send_lua = ceiling.get("send_lua_seq_rate")
-    lane = ceiling.get("evalsha_lane_seq_rate")
-    delayq_send = ceiling.get("delayq_send_seq_rate")
-    if delayq_send and single:
-        lines.append(
-            f"  delayq send_delayed in the same slices = {delayq_send / single:.2f}x the"
-            " one-connection ceiling"
-            + (f", {delayq_send / untimed:.2f}x the one without socket_timeout" if untimed else "")
-            + (f", {delayq_send / lane:.2f}x 'return 1' on its own script lane" if lane else "")
-            + " (the enqueue target's ratio, free of drift between scenarios)"
-        )
-    send_untimed = ceiling.get("delayq_send_untimed_seq_rate")
-    if delayq_send and send_untimed:
-        lines.append(
-            f"  delayq send_delayed with its 2 s silence watchdog = {delayq_send / send_untimed:.2f}x"
-            " the same without (what noticing a frozen Redis costs a send)"
-        )
-    with_args = ceiling.get("evalsha_args_seq_rate")
-    if with_args and single:
-        lines.append(
-            f"  'return 1' with send.lua's arguments = {with_args / single:.2f}x the one-connection"
-            " ceiling (what carrying a task's arguments costs by itself)"
-        )
-    for lib in results["meta"]["libs"]:
-        enqueue = results["summary"].get(lib, {}).get("enqueue_rate")
-        if enqueue and single and pooled:
-            lines.append(
-                f"  {lib} enqueue/s = {enqueue / single:.2f}x the one-connection ceiling, "
-                f"{enqueue / pooled:.2f}x the pooled one"
-                + (f", {enqueue / untimed:.2f}x the one without socket_timeout" if untimed else "")
-                + (
-                    f", {enqueue / send_lua:.2f}x bare send.lua"
-                    if lib == "delayq" and send_lua
-                    else ""
-                )
-                + (
-                    f", {enqueue / lane:.2f}x 'return 1' on its own script lane"
-                    if lib == "delayq" and lane
-                    else ""
-                )
-            )
-    return "\n".join(lines)
 
 
 def _apis(results: dict[str, Any]) -> str:

@@ -32,8 +32,6 @@ SCALE_PROBE = 10_000
 #: Scale: a size is skipped for a library whose fill takes longer than this.  The estimate
 #: from the small fill includes connecting, so it is only trusted up to 2x this.
 SCALE_FILL_LIMIT_S = 60.0
-#: Key under which the once-per-round ceiling scenario is stored.
-CEILING_KEY = "redis-py"
 
 
 @dataclass(frozen=True)
@@ -49,9 +47,7 @@ class Counts:
     backlog: int  # scenario 3b, ready untracked tasks drained meanwhile
     memory: int  # scenario 4
     cost: int  # scenario 5
-    ceiling_seq: int  # scenario 6, sequential EVALSHA
-    ceiling_pipe: int  # scenario 6, pipelined LPUSH
-    scale: tuple[int, int]  # scenario 7, delayed tasks already waiting (small, large)
+    scale: tuple[int, int]  # scenario 6, delayed tasks already waiting (small, large)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,8 +63,6 @@ FULL = Counts(
     backlog=20_000,
     memory=100_000,
     cost=20_000,
-    ceiling_seq=50_000,
-    ceiling_pipe=500_000,
     scale=(10_000, 1_000_000),
 )
 QUICK = Counts(
@@ -81,8 +75,6 @@ QUICK = Counts(
     backlog=5_000,
     memory=5_000,
     cost=2_000,
-    ceiling_seq=5_000,
-    ceiling_pipe=50_000,
     scale=(10_000, 100_000),
 )
 
@@ -255,7 +247,7 @@ def _redis_cpu_s(ctx: Context) -> float:
     return cpu_seconds(ctx.data.client.info("cpu"))
 
 
-# --------------------------------------------------------------------------- 7. scale
+# --------------------------------------------------------------------------- 6. scale
 
 
 def scale(ctx: Context, lib: str) -> dict[str, Any]:
@@ -308,18 +300,6 @@ def scale(ctx: Context, lib: str) -> dict[str, Any]:
     return metrics
 
 
-# --------------------------------------------------------------------------- 6. ceiling
-
-
-def ceiling(ctx: Context, lib: str | None) -> dict[str, Any]:
-    """Bare redis-py on one connection (dev interpreter): the client-side speed limit."""
-    ctx.reset()
-    counts = ctx.counts
-    return ctx.runner.run_module(
-        "benchmarks.ceiling", 300, n_seq=counts.ceiling_seq, n_pipe=counts.ceiling_pipe
-    )
-
-
 # --------------------------------------------------------------------------- 7. observe
 
 
@@ -339,7 +319,7 @@ class Scenario:
     run: Callable[[Context, Any], dict[str, Any]]
     once: bool = False  # True: once per round, not per library
     default: bool = True  # False: only run when named in --scenarios
-    key: str = CEILING_KEY  # where a once-per-round scenario's results are stored
+    key: str = ""  # where a once-per-round scenario's results are stored
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -349,7 +329,6 @@ SCENARIOS: dict[str, Scenario] = {
     "backlog": Scenario(backlog),
     "memory": Scenario(memory),
     "cost": Scenario(cost),
-    "ceiling": Scenario(ceiling, once=True),
     "scale": Scenario(scale, default=False),  # fills 1M tasks per library: minutes
     # what metrics, history and tracing cost a drain (benchmarks/observe.py)
     "observe": Scenario(observe, once=True, default=False, key=OBSERVE_KEY),

@@ -3,9 +3,8 @@
 This host is two shared cores whose speed drifts by up to 1.6x between hours, so the
 targets that depend on the host's speed are stated against a yardstick measured in the
 same run, as the median over rounds of each round's ratio (a round's two figures are
-minutes apart at most; the rounds, an hour): the 2-process drain against a consumer with no library doing delayq's shape
-of work (``benchmarks/peers/bare.py``), Redis CPU per task against a bare ``EVALSHA``'s,
-one-by-one sends against bare ``EVALSHA`` calls in the same slices.  The others compare
+minutes apart at most; the rounds, an hour): the 2-process drain against a consumer with
+no library doing delayq's shape of work (``benchmarks/peers/bare.py``).  The others compare
 delayq with its peers in the same run, or are absolute (lateness, in milliseconds).
 """
 
@@ -16,13 +15,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmarks import scenarios
-
 DRAIN_SCALING = 0.95
 """delayq's 2-process / 1-process drain ratio, as a fraction of the bare consumer's."""
-REDIS_CPU = 0.8
-"""Redis CPU per task (bulk sends) as a fraction of one sequential bare ``EVALSHA``'s:
-15 µs on the host the target was first set on, where a bare request cost 18.9 µs."""
 
 
 @dataclass(frozen=True)
@@ -46,13 +40,11 @@ def judge(results: dict[str, Any]) -> list[Verdict]:
     checks: list[Callable[[], Verdict | None]] = [
         lambda: _versus_peers(delayq, peers, "drain1_rate", 4, "drain, 1 process"),
         lambda: _drain_scaling(results),
-        lambda: _enqueue(results),
         lambda: _versus_peers(delayq, peers, "bulk_rate", 3, "bulk send"),
         lambda: _at_least(delayq, "bulk_rate", 50_000, "bulk send ≥ 50,000 tasks/s", "{:,.0f}/s"),
         lambda: _lateness(delayq),
         lambda: _at_most(delayq, "backlate_p99", 50, "lateness while draining: p99 ≤ 50 ms"),
         lambda: _memory(delayq, peers),
-        lambda: _redis_cpu(results),
         lambda: _scale(delayq),
     ]
     return [verdict for check in checks if (verdict := check()) is not None]
@@ -89,11 +81,7 @@ def _versus_peers(
 
 
 Figure = tuple[str, str, Callable[[dict[str, Any]], float | None]]
-"""Where a round's figure is: (scenario, library or the ceiling's key, how to read it)."""
-
-
-def _key(key: str) -> Callable[[dict[str, Any]], float | None]:
-    return lambda outcome: outcome.get(key)
+"""Where a round's figure is: (scenario, library, how to read it)."""
 
 
 def _scaling(outcome: dict[str, Any]) -> float | None:
@@ -130,28 +118,6 @@ def _drain_scaling(results: dict[str, Any]) -> Verdict | None:
         f"delayq {statistics.median(mine):.2f}x, no library {statistics.median(bare):.2f}x:"
         f" {_rounds(quotients)}",
         statistics.median(quotients) >= DRAIN_SCALING,
-    )
-
-
-def _enqueue(results: dict[str, Any]) -> Verdict | None:
-    ceiling = scenarios.CEILING_KEY
-    ratios = _paired(
-        results,
-        ("ceiling", ceiling, _key("delayq_send_seq_rate")),
-        ("ceiling", ceiling, _key("evalsha_seq_rate")),
-    )
-    if not ratios:
-        return None
-    scenario = _paired(
-        results,
-        ("enqueue", "delayq", _key("enqueue_rate")),
-        ("ceiling", ceiling, _key("evalsha_seq_rate")),
-    )
-    also = f"; the enqueue scenario {statistics.median(scenario):.2f}x" if scenario else ""
-    return Verdict(
-        "enqueue one by one ≥ 0.8x sequential bare EVALSHA, in the same slices",
-        _rounds(ratios) + also,
-        statistics.median(ratios) >= 0.8,
     )
 
 
@@ -192,20 +158,6 @@ def _memory(delayq: dict[str, Any], peers: dict[str, dict[str, Any]]) -> Verdict
         "memory ≤ 0.5x the leanest peer",
         f"{mine:.0f} vs {lean} {theirs[lean]:.0f} bytes a task = {mine / theirs[lean]:.2f}x",
         mine / theirs[lean] <= 0.5,
-    )
-
-
-def _redis_cpu(results: dict[str, Any]) -> Verdict | None:
-    bare = ("ceiling", scenarios.CEILING_KEY, _key("evalsha_seq_cpu_usec"))
-    bulk = _paired(results, ("cost", "delayq", _key("cpu_usec_per_task_bulk")), bare)
-    if not bulk:
-        return None
-    one_by_one = _paired(results, ("cost", "delayq", _key("cpu_usec_per_task")), bare)
-    also = f"; one by one {statistics.median(one_by_one):.2f}x" if one_by_one else ""
-    return Verdict(
-        f"Redis CPU per task, bulk sends ≤ {REDIS_CPU:g}x a sequential bare EVALSHA's",
-        _rounds(bulk) + also,
-        statistics.median(bulk) <= REDIS_CPU,
     )
 
 

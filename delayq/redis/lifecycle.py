@@ -37,7 +37,7 @@ _READ_CLOCK = "local READ_CLOCK = false\n"
 
 def waiting_keys(keys: TopicKeys) -> tuple[str, str, str, str]:
     """The KEYS of the scripts that store or remove a waiting task (send, send_many, cancel,
-    replay), also for anything that runs them bare (the benchmark's ceiling)."""
+    replay)."""
     return (keys.prefix, keys.wheel, keys.dead, keys.errors)
 
 
