@@ -6,13 +6,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
-import httpx
 import pytest
 import redis.asyncio
 
 from delayq import InvalidInputError, Queue, UnknownTopicError
-from delayq.web import create_app
-from tests.web.conftest import auth, tokens
 
 
 @pytest.fixture
@@ -92,6 +89,12 @@ async def test_from_sentinel_takes_the_flag_and_refuses_before_connecting() -> N
 async def test_the_http_send_answers_404_unknown_topic(
     strict: Queue, redis_client: redis.asyncio.Redis, queue_name: str
 ) -> None:
+    # The web extra is imported here: the rest of this file runs at the lowest core versions.
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    from delayq.web import create_app
+    from tests.web.conftest import auth, tokens
+
     transport = httpx.ASGITransport(app=create_app(strict, tokens()))
     async with httpx.AsyncClient(transport=transport, base_url="http://delayq") as client:
         refused = await client.post(
