@@ -53,20 +53,29 @@ async def connections_received(client: redis.asyncio.Redis) -> int:
     return int(info["total_connections_received"])
 
 
-async def test_calls_made_together_share_two_connections_and_get_their_own_replies(
+@pytest.mark.parametrize(
+    ("options", "connections"),
+    [({}, 1), ({"health_check_interval": 30}, 2)],
+    ids=["delayqs-connection", "redis-pys-connection"],
+)
+async def test_calls_made_together_share_few_connections_and_get_their_own_replies(
     make_lane: Callable[..., ScriptLane],
     redis_url: str,
     redis_client: redis.asyncio.Redis,
     queue_name: str,
+    options: dict[str, Any],
+    connections: int,
 ) -> None:
-    lane = make_lane(redis_url, client_name=queue_name)
+    lane = make_lane(redis_url, client_name=queue_name, **options)
     assert await echo(lane, "warm") == b"warm"
-    # 300 calls at once: the first on the lane's own connection, the other 299 as one
-    # pipeline on a pooled one; sent one by one on the pool, they would open up to its 100.
+    # 300 calls at once.  On delayq's own connection all of them are pipelined on it; with
+    # settings it does not take (a health check), the first goes on the lane's held
+    # connection and the other 299 as one pipeline on a pooled one.  Sent one by one on
+    # the pool, they would open up to its 100.
     replies = await asyncio.gather(*(echo(lane, f"v{i}") for i in range(300)))
     assert replies == [f"v{i}".encode() for i in range(300)]
     names = [c["name"] for c in await redis_client.client_list()]
-    assert names.count(queue_name) == 2
+    assert names.count(queue_name) == connections
 
 
 async def test_pipelined_calls_from_many_turns_keep_their_replies(

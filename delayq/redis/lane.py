@@ -1,23 +1,21 @@
 """The script lane: concurrent script calls from one process pipelined automatically.
 
 A send awaited one by one is a round trip; fifty sends awaited at once need not be fifty.
-Like ioredis's auto-pipelining: a call made while none is in flight goes to Redis at once,
-on a connection the lane holds; calls made while others are in flight wait for the end of
-their event-loop turn and go out together, one write and one read on one pooled
-connection, and each caller gets its own reply or error.  That is what redis-py's
+Where the lane can open its own connection (:mod:`delayq.redis.wire`: asyncio's and
+hiredis's public APIs; plain TCP or a unix socket, password or ACL credentials, opened
+exactly as redis-py would open it), every call is written to it at once and the replies
+come back in order, like ioredis's auto-pipelining: one connection carries any number of
+calls in flight, each caller getting its own reply or error.  Otherwise (TLS, a credential
+provider, ...) a call made while none is in flight goes on a redis-py connection the lane
+holds, and calls made while others are in flight wait for the end of their event-loop
+turn and go out together, one write and one read on one pooled connection, as redis-py's
 ``pipeline(transaction=False)`` does, through the same public connection methods
-(``send_packed_command``, ``read_response``), without its per-command bookkeeping; the
-``EVALSHA`` commands are packed by hiredis.
+(``send_packed_command``, ``read_response``).
 
-The held connection is the lane's own (:mod:`delayq.redis.wire`: asyncio's and hiredis's
-public APIs), which costs a one-by-one call about half the client work of redis-py's
-``read_response``; it is opened from the pool's settings where it can be opened exactly
-as redis-py would open it (plain TCP or a unix socket, password or ACL credentials), and
-is a redis-py connection held outside the pool otherwise (TLS, a credential provider,
-...).  Everything else is redis-py's, so the two cannot disagree: the pool and its
-connections, the retry policy after a lost connection, ``socket_timeout`` and the error
-classes.  A script unknown to Redis (after a restart or ``SCRIPT FLUSH``) is loaded and
-its calls run again."""
+Everything else is redis-py's, so the two cannot disagree: the pool and its connections,
+the retry policy after a lost connection, ``socket_timeout`` and the error classes.  A
+script unknown to Redis (after a restart or ``SCRIPT FLUSH``) is loaded and its calls run
+again."""
 
 from __future__ import annotations
 
@@ -94,6 +92,10 @@ class ScriptLane:
             redis.exceptions.ConnectionError: (or ``TimeoutError``) no try got a reply.
             redis.exceptions.ResponseError: (and subclasses) the error Redis replied with.
         """
+        if self._wire_settings is not None:
+            # delayq's own connection pipelines by itself: each call is written at once and
+            # the replies come back in order, so concurrent calls need no batching.
+            return await self._on_wire(sha, source, keys, args)
         batch = self._batch
         if batch is not None:  # another call of this turn leads: ride along
             future = asyncio.get_running_loop().create_future()
@@ -102,8 +104,6 @@ class ScriptLane:
         if not self._alone and not self._running:
             # Nothing in flight: this call starts a burst, if any, and need not wait for
             # the rest of it (they follow it as one pipeline).
-            if self._wire_settings is not None:
-                return await self._on_wire(sha, source, keys, args)
             return await self._one(sha, source, keys, args, held=True)
         batch = self._batch = []
         try:
