@@ -188,7 +188,7 @@ class Wire(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self._settings = settings
         self._timeout = settings.timeout
-        self._reader = hiredis.Reader(
+        self._replies = hiredis.Reader(
             protocolError=RedisConnectionError,
             replyError=error_reply,
             **({"encoding": "utf-8", "errors": "strict"} if settings.decode else {}),
@@ -224,10 +224,10 @@ class Wire(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._heard_at = self.loop.time()
-        self._reader.feed(data)
+        self._replies.feed(data)
         waiting = self._waiting
         try:
-            while (reply := self._reader.gets()) is not False:
+            while (reply := self._replies.gets()) is not False:
                 if isinstance(reply, hiredis.PushNotification):
                     continue  # out of band (RESP3): no call's reply
                 future = waiting.popleft()
