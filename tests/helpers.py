@@ -7,17 +7,43 @@ import inspect
 import time
 from typing import TYPE_CHECKING
 
+from delayq import Backoff
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     import redis.asyncio
 
-    from delayq import Queue, TaskInfo, TopicStats
+    from delayq import Outcome, Queue, TaskInfo, TopicStats
     from delayq.redis.keys import TopicKeys
 
 # Tests reserve with a long default lease, so a lease only ends when a test ends it.
 LONG_TTR_MS = 3_600_000
 DEFAULT_MAX_ATTEMPTS = 3
+FAST_RETRY = Backoff(initial=0.05, jitter=0)
+"""A retry that comes soon and on time, so a test sees the next attempt quickly."""
+
+
+class Outcomes:
+    """A worker's ``on_outcome`` hook that tests can wait on."""
+
+    def __init__(self) -> None:
+        self.items: list[Outcome] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, outcome: Outcome) -> None:
+        self.items.append(outcome)
+        self._changed.set()
+
+    async def wait(self, count: int, timeout: float = 10.0) -> list[Outcome]:
+        async with asyncio.timeout(timeout):
+            while len(self.items) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.items
+
+    def kinds(self) -> list[str]:
+        return [o.outcome for o in self.items]
 
 
 async def wait_for(

@@ -16,41 +16,15 @@ import pytest
 from pydantic import BaseModel
 
 from delayq import (
-    Backoff,
     CallNext,
     InvalidInputError,
     LifespanError,
-    Outcome,
     Queue,
     Task,
     Worker,
 )
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import wait_for
-
-FAST_RETRY = Backoff(initial=0.05, jitter=0)
-
-
-class Outcomes:
-    """A worker's ``on_outcome`` hook that tests can wait on."""
-
-    def __init__(self) -> None:
-        self.items: list[Outcome] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, outcome: Outcome) -> None:
-        self.items.append(outcome)
-        self._changed.set()
-
-    async def wait(self, count: int, timeout: float = 10.0) -> list[Outcome]:
-        async with asyncio.timeout(timeout):
-            while len(self.items) < count:
-                self._changed.clear()
-                await self._changed.wait()
-        return self.items
-
-    def kinds(self) -> list[str]:
-        return [o.outcome for o in self.items]
+from tests.helpers import FAST_RETRY, Outcomes, wait_for
 
 
 class Flag(BaseModel):

@@ -12,32 +12,28 @@ from pathlib import Path
 
 import pytest
 
-from delayq import Backoff, CallNext, Outcome, Queue, Task, Worker, pacing
+from delayq import CallNext, Queue, Task, Worker, pacing
 from delayq.pacing import Outage
 from delayq.testing import PrivateRedis
 from tests.apps.runner import APP, Spawner, app_env, module_command
 from tests.fixtures_delayq import StartWorker
+from tests.helpers import FAST_RETRY, Outcomes
 
-FAST_RETRY = Backoff(initial=0.05, jitter=0)
 
+def record_cancels(queue: Queue) -> list[str]:
+    """Give ``queue`` a middleware that records the message of each cancel it sees (and lets
+    the cancel through); return the list it records into."""
+    seen: list[str] = []
 
-class Outcomes:
-    """A worker's ``on_outcome`` hook that tests can wait on."""
+    @queue.middleware
+    async def record(task: Task, call_next: CallNext) -> None:
+        try:
+            await call_next()
+        except asyncio.CancelledError as exc:
+            seen.append(str(exc))
+            raise
 
-    def __init__(self) -> None:
-        self.items: list[Outcome] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, outcome: Outcome) -> None:
-        self.items.append(outcome)
-        self._changed.set()
-
-    async def wait(self, count: int, timeout: float = 10.0) -> list[Outcome]:
-        async with asyncio.timeout(timeout):
-            while len(self.items) < count:
-                self._changed.clear()
-                await self._changed.wait()
-        return self.items
+    return seen
 
 
 def worker_records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
@@ -68,15 +64,7 @@ async def test_a_retried_ttr_overrun_logs_a_warning_naming_topic_id_attempt_and_
 async def test_middleware_sees_a_ttr_cancel_that_names_the_ttr(
     queue: Queue, start_worker: StartWorker
 ) -> None:
-    seen: list[str] = []
-
-    @queue.middleware
-    async def record(task: Task, call_next: CallNext) -> None:
-        try:
-            await call_next()
-        except asyncio.CancelledError as exc:
-            seen.append(str(exc))
-            raise
+    seen = record_cancels(queue)
 
     @queue.topic("job", ttr=0.3, max_attempts=1)
     async def job(body: None) -> None:
@@ -93,16 +81,8 @@ async def test_middleware_sees_a_ttr_cancel_that_names_the_ttr(
 async def test_a_stop_cancels_middleware_without_a_ttr_reason_and_hands_the_task_back(
     queue: Queue,
 ) -> None:
-    seen: list[str] = []
     started = asyncio.Event()
-
-    @queue.middleware
-    async def record(task: Task, call_next: CallNext) -> None:
-        try:
-            await call_next()
-        except asyncio.CancelledError as exc:
-            seen.append(str(exc))
-            raise
+    seen = record_cancels(queue)
 
     @queue.topic("job", ttr=60)
     async def job(body: None) -> None:
