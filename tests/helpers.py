@@ -5,42 +5,60 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from delayq import Backoff
+from delayq import Backoff, Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     import redis.asyncio
 
-    from delayq import Outcome, Queue, TaskInfo, TopicStats
+    from delayq import Queue, TaskInfo, TopicStats
     from delayq.redis.keys import TopicKeys
 
 # Tests reserve with a long default lease, so a lease only ends when a test ends it.
 LONG_TTR_MS = 3_600_000
 DEFAULT_MAX_ATTEMPTS = 3
+T = TypeVar("T")
+
 FAST_RETRY = Backoff(initial=0.05, jitter=0)
 """A retry that comes soon and on time, so a test sees the next attempt quickly."""
 
 
-class Outcomes:
-    """A worker's ``on_outcome`` hook that tests can wait on."""
+class Recorder(Generic[T]):
+    """What a hook or handler recorded, with a way to wait until enough of it is there
+    (on the records themselves, never a fixed sleep)."""
+
+    timeout = 10.0
+    """How long ``wait`` and ``wait_until`` wait by default before the test fails."""
 
     def __init__(self) -> None:
-        self.items: list[Outcome] = []
+        self.items: list[T] = []
         self._changed = asyncio.Event()
 
-    def __call__(self, outcome: Outcome) -> None:
-        self.items.append(outcome)
+    def add(self, item: T) -> None:
+        self.items.append(item)
         self._changed.set()
 
-    async def wait(self, count: int, timeout: float = 10.0) -> list[Outcome]:
-        async with asyncio.timeout(timeout):
-            while len(self.items) < count:
+    def __call__(self, item: T) -> None:
+        self.add(item)
+
+    async def wait_until(self, enough: Callable[[], bool], timeout: float | None = None) -> None:
+        """Wait until ``enough()`` holds, checking again after each new record."""
+        async with asyncio.timeout(self.timeout if timeout is None else timeout):
+            while not enough():
                 self._changed.clear()
                 await self._changed.wait()
+
+    async def wait(self, count: int, timeout: float | None = None) -> list[T]:
+        """Wait until at least ``count`` records exist; return them all."""
+        await self.wait_until(lambda: len(self.items) >= count, timeout)
         return self.items
+
+
+class Outcomes(Recorder[Outcome]):
+    """A worker's ``on_outcome`` hook that tests can wait on."""
 
     def kinds(self) -> list[str]:
         return [o.outcome for o in self.items]

@@ -22,7 +22,7 @@ from delayq import (
 from delayq.headers import MAX_HEADERS, MAX_HEADERS_BYTES
 from delayq.worker.report import tell_reclaimed
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import expire_lease, queue_keys, reserve, task_fields, wait_for
+from tests.helpers import Recorder, expire_lease, queue_keys, reserve, task_fields, wait_for
 from tests.test_worker import Seen
 
 FAST = Backoff(initial=0.01, jitter=0)
@@ -163,23 +163,12 @@ async def test_a_send_hook_sees_the_send_fail_and_must_call_next_once(
 # -- events ---------------------------------------------------------------------------------
 
 
-class Events:
-    def __init__(self) -> None:
-        self.items: list[TaskEvent] = []
-        self.changed = asyncio.Event()
-
-    def __call__(self, event: TaskEvent) -> None:
-        self.items.append(event)
-        self.changed.set()
-
+class Events(Recorder[TaskEvent]):
     def kinds(self, task_id: str | None = None) -> list[str]:
         return [e.kind for e in self.items if task_id is None or e.task_id == task_id]
 
     async def wait_for(self, kind: str, count: int = 1, timeout: float = 5.0) -> None:
-        async with asyncio.timeout(timeout):
-            while self.kinds().count(kind) < count:
-                self.changed.clear()
-                await self.changed.wait()
+        await self.wait_until(lambda: self.kinds().count(kind) >= count, timeout)
 
 
 async def test_listeners_hear_every_outcome(queue: Queue, start_worker: StartWorker) -> None:

@@ -29,7 +29,7 @@ from delayq import (
 )
 from delayq.task import Envelope
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import wait_for
+from tests.helpers import Recorder, wait_for
 
 LATE = 0.1
 """How late a task may start: generous, so that a loaded CI machine passes."""
@@ -43,24 +43,10 @@ class Order(BaseModel):
     note: str = ""
 
 
-class Seen:
+class Seen(Recorder[Any]):
     """What handlers recorded, with a way to wait for the n-th record."""
 
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-        self._changed = asyncio.Event()
-
-    def add(self, item: Any) -> None:
-        self.items.append(item)
-        self._changed.set()
-
-    async def wait(self, count: int, timeout: float = 5.0) -> list[Any]:
-        """Wait until at least ``count`` records exist; return them all."""
-        async with asyncio.timeout(timeout):
-            while len(self.items) < count:
-                self._changed.clear()
-                await self._changed.wait()
-        return self.items
+    timeout = 5.0
 
 
 @pytest.fixture
