@@ -8,20 +8,9 @@
 --   when missing); a deadline before now_ms is a lease that expired and is not yet reclaimed
 --@include _envelope
 --@include _layout
-local prefix, reserved, errors = KEYS[1], KEYS[2], KEYS[3]
-local offset, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local bad = load_buckets(prefix)
-if bad then
-  return bad
-end
-local out = { now_ms(), lease_count(reserved) }
-local page = redis.call('ZRANGE', reserved, '-inf', '(inf', 'BYSCORE', 'LIMIT', offset, limit, 'WITHSCORES')
-for i = 1, #page, 2 do
-  local id = page[i]
-  local header, body = read_task(prefix, id)
-  out[#out + 1] = id
-  out[#out + 1] = header and joined(header, body)
-  out[#out + 1] = redis.call('HGET', errors, id)
-  out[#out + 1] = page[i + 1]
-end
-return out
+--@include _page
+return task_page(function(reserved)
+  return { now_ms(), lease_count(reserved) }
+end, function(reserved, offset, limit)
+  return redis.call('ZRANGE', reserved, '-inf', '(inf', 'BYSCORE', 'LIMIT', offset, limit, 'WITHSCORES')
+end)
