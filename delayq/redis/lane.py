@@ -92,19 +92,20 @@ class ScriptLane:
             redis.exceptions.ConnectionError: (or ``TimeoutError``) no try got a reply.
             redis.exceptions.ResponseError: (and subclasses) the error Redis replied with.
         """
+        call = _Call(sha, source, keys, args)
         if self._wire_settings is not None:
             # delayq's own connection pipelines by itself: each call is written at once and
             # the replies come back in order, so concurrent calls need no batching.
-            return await self._on_wire(sha, source, keys, args)
+            return await self._on_wire(call)
         batch = self._batch
         if batch is not None:  # another call of this turn leads: ride along
-            future = asyncio.get_running_loop().create_future()
-            batch.append(_Call(sha, source, keys, args, future))
-            return await future
+            call.future = asyncio.get_running_loop().create_future()
+            batch.append(call)
+            return await call.future
         if not self._alone and not self._running:
             # Nothing in flight: this call starts a burst, if any, and need not wait for
             # the rest of it (they follow it as one pipeline).
-            return await self._one(sha, source, keys, args, held=True)
+            return await self._one(call, held=True)
         batch = self._batch = []
         try:
             await asyncio.sleep(0)  # let the other calls of this turn join
@@ -115,25 +116,19 @@ class ScriptLane:
             raise
         self._batch = None
         if not batch:
-            return await self._one(sha, source, keys, args)
-        future = asyncio.get_running_loop().create_future()
-        batch.insert(0, _Call(sha, source, keys, args, future))
+            return await self._one(call)
+        call.future = asyncio.get_running_loop().create_future()
+        batch.insert(0, call)
         self._spawn(batch)
-        return await future
+        return await call.future
 
-    async def _on_wire(
-        self,
-        sha: str,
-        source: str | bytes | memoryview,
-        keys: Sequence[str],
-        args: Sequence[str | int | bytes],
-    ) -> Any:
+    async def _on_wire(self, call: _Call) -> Any:
         assert self._wire_settings is not None
-        command = pack("EVALSHA", sha, len(keys), *keys, *args)
+        command = pack("EVALSHA", call.sha, len(call.keys), *call.keys, *call.args)
         self._alone += 1
         try:
             return await self._wire_settings.retry.call_with_retry(
-                lambda: self._wire_call(command, source), self._drop_wire
+                lambda: self._wire_call(command, call.source), self._drop_wire
             )
         finally:
             self._alone -= 1
@@ -176,18 +171,10 @@ class ScriptLane:
         if wire is not None and wire.lost is not None:
             self._wire = None
 
-    async def _one(
-        self,
-        sha: str,
-        source: str | bytes | memoryview,
-        keys: Sequence[str],
-        args: Sequence[str | int | bytes],
-        *,
-        held: bool = False,
-    ) -> Any:
+    async def _one(self, call: _Call, *, held: bool = False) -> Any:
         self._alone += 1
         try:
-            (reply,) = await self._run([_Call(sha, source, keys, args)], held=held)
+            (reply,) = await self._run([call], held=held)
         finally:
             self._alone -= 1
         if isinstance(reply, Exception):
