@@ -119,6 +119,20 @@ class WaitCommand:
         return int(reply)
 
 
+@dataclass(frozen=True, slots=True)
+class DurableWrite:
+    """One send script call to confirm: ``statuses`` maps its reply to one status per task
+    (1 stored, 0 already live, < 0 rejected) for ``ids``; ``touch_key`` is a key of the
+    same hash slot that ``INCRBY 0`` may touch when the script wrote nothing."""
+
+    script: AsyncScript
+    keys: Sequence[str]
+    args: Sequence[str | int | bytes]
+    ids: Sequence[str]
+    touch_key: str
+    statuses: Callable[[Any], list[int]]
+
+
 class DurableSender:
     """Runs a send script followed by the chosen wait, for one queue's client."""
 
@@ -138,51 +152,34 @@ class DurableSender:
             self._wait = WaitCommand.choose(version, aof, self.durability)
         return self._wait
 
-    async def run(
-        self,
-        script: AsyncScript,
-        keys: Sequence[str],
-        args: Sequence[str | int | bytes],
-        *,
-        ids: Sequence[str],
-        touch_key: str,
-        statuses: Callable[[Any], list[int]],
-    ) -> Any:
-        """Run ``script`` and wait for the replicas; return the script's reply.
-
-        ``statuses`` maps the reply to one status per task (1 stored, 0 already live, < 0
-        rejected).  ``touch_key`` is a key of the same hash slot that ``INCRBY 0`` may touch.
+    async def run(self, write: DurableWrite) -> Any:
+        """Run ``write``'s script and wait for the replicas; return the script's reply.
 
         Raises:
             NotDurableError: fewer replicas confirmed than required within the timeout.
         """
         wait = await self.wait_command()
-        reply, confirmed = await self._pipeline(wait, script, keys, args)
-        found = statuses(reply)
+        reply, confirmed = await self._pipeline(wait, write)
+        found = write.statuses(reply)
         if all(status < 0 for status in found):
             return reply  # rejected: nothing was written, nothing to confirm
         if not any(status == 1 for status in found):
-            confirmed = await self._touch_and_wait(wait, touch_key)
+            confirmed = await self._touch_and_wait(wait, write.touch_key)
         if confirmed < wait.replicas:
             raise NotDurableError(
-                list(ids), confirmed=confirmed, required=wait.replicas,
+                list(write.ids), confirmed=confirmed, required=wait.replicas,
                 timeout_ms=self.durability.timeout_ms,
             )  # fmt: skip
         return reply
 
-    async def _pipeline(
-        self,
-        wait: WaitCommand,
-        script: AsyncScript,
-        keys: Sequence[str],
-        args: Sequence[str | int | bytes],
-    ) -> tuple[Any, int]:
+    async def _pipeline(self, wait: WaitCommand, write: DurableWrite) -> tuple[Any, int]:
         """The script and the wait in one round trip: the script's reply and the count of
         confirmations."""
+        script, keys = write.script, write.keys
 
         async def once() -> list[Any]:
             pipe = self._client.pipeline(transaction=False)
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.evalsha(script.sha, len(keys), *keys, *write.args)
             pipe.execute_command(*wait.args)
             return await pipe.execute()
 
@@ -214,32 +211,21 @@ class ClusterDurableSender(DurableSender):
         self.durability = durability
         self._wait = None
 
-    async def run(
-        self,
-        script: AsyncScript,
-        keys: Sequence[str],
-        args: Sequence[str | int | bytes],
-        *,
-        ids: Sequence[str],
-        touch_key: str,
-        statuses: Callable[[Any], list[int]],
-    ) -> Any:
+    async def run(self, write: DurableWrite) -> Any:
         await self._nodes.cluster.initialize()  # a no-op once the slot map is read
-        client = self._nodes.for_key(keys[0])
+        client = self._nodes.for_key(write.keys[0])
         sender = self._senders.get(id(client))
         if sender is None:
             sender = self._senders[id(client)] = DurableSender(client, self.durability)
         try:
-            return await sender.run(
-                script, keys, args, ids=ids, touch_key=touch_key, statuses=statuses
-            )
+            return await sender.run(write)
         except rexc.MovedError as exc:
             self._nodes.moved(exc)  # the caller's cluster retry sends it there
             raise
         except (rexc.ConnectionError, rexc.TimeoutError, OSError):
             # The master may be gone: ask the cluster who owns the slot now, so that the
             # caller's cluster retry goes to its promoted replica.
-            await self._nodes.reroute(keys[0])
+            await self._nodes.reroute(write.keys[0])
             raise
 
     async def aclose(self) -> None:

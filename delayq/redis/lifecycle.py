@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from delayq.redis.cluster import after_failure, is_cluster
+from delayq.redis.durability import DurableWrite
 from delayq.redis.replies import Reservation
 from delayq.redis.source import lua_source, test_clock_on, watch
 from delayq.redis.translate import TRANSLATED
@@ -150,10 +151,10 @@ class TaskScripts:
         sender = durable
 
         def run() -> Awaitable[Any]:
-            return sender.run(
+            return sender.run(DurableWrite(
                 self._scripts[name], keys, args, ids=ids, touch_key=touch_key,
                 statuses=lambda reply: [_written(_int(v)) for v in reply[: len(ids)]],
-            )  # fmt: skip
+            ))  # fmt: skip
 
         try:
             return await run()
