@@ -85,6 +85,27 @@ async def wait_for(
         await asyncio.sleep(step)
 
 
+async def assert_only_earlier_wakes(
+    redis: redis.asyncio.Redis,
+    channel: str,
+    later: Callable[[], Awaitable[object]],
+    earlier: Callable[[], Awaitable[object]],
+) -> None:
+    """``later`` (a change that makes nothing due sooner) publishes no wake-up on the
+    topic's ``channel``; ``earlier`` (one that does) then publishes one."""
+    pubsub = redis.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe(channel)
+    try:
+        await later()
+        assert await pubsub.get_message(timeout=0.2) is None  # later: nobody needs waking
+        await earlier()
+        async with asyncio.timeout(5):
+            while await pubsub.get_message(timeout=1) is None:
+                pass
+    finally:
+        await pubsub.aclose()
+
+
 async def queue_keys(redis: redis.asyncio.Redis, queue_name: str) -> list[str]:
     """Every key delayq holds for ``queue_name``: per-topic (and per-shard) keys and the
     queue's topic set.

@@ -11,7 +11,14 @@ import redis.asyncio
 
 from delayq import InvalidInputError, Queue, SendResult
 from tests.fixtures_delayq import StartWorker
-from tests.helpers import queue_keys, redis_now_ms, reserve, stored, wait_for
+from tests.helpers import (
+    assert_only_earlier_wakes,
+    queue_keys,
+    redis_now_ms,
+    reserve,
+    stored,
+    wait_for,
+)
 
 PRODUCERS = 10
 REPLACEMENTS = 1_000
@@ -88,17 +95,11 @@ async def test_replace_earlier_wakes_the_workers(
     queue: Queue, redis_client: redis.asyncio.Redis
 ) -> None:
     await queue.send_delayed("t", {}, delay=600, task_id="w")
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
-    await pubsub.subscribe(queue.keys("t").wake)
-    try:
-        await queue.send_delayed("t", {}, delay=700, task_id="w", on_conflict="replace")
-        assert await pubsub.get_message(timeout=0.2) is None  # later: nobody needs waking
-        await queue.send("t", {}, task_id="w", on_conflict="replace")
-        async with asyncio.timeout(5):
-            while await pubsub.get_message(timeout=1) is None:
-                pass
-    finally:
-        await pubsub.aclose()
+    await assert_only_earlier_wakes(
+        redis_client, queue.keys("t").wake,
+        later=lambda: queue.send_delayed("t", {}, delay=700, task_id="w", on_conflict="replace"),
+        earlier=lambda: queue.send("t", {}, task_id="w", on_conflict="replace"),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("value", ["Replace", "update", None, 1])

@@ -3,7 +3,6 @@ a whole batch in one script call), and each gets its outcome back."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from delayq import InvalidInputError, Queue, SendResult
 from delayq.redis.scripts import send_keys, waiting_keys
 from tests.helpers import (
     assert_counts_exact,
+    assert_only_earlier_wakes,
     queue_keys,
     redis_now_ms,
     reserve,
@@ -176,17 +176,11 @@ async def test_replacing_earlier_wakes_the_workers(
     queue: Queue, redis_client: redis.asyncio.Redis
 ) -> None:
     await queue.send_many("t", [{}, {}], task_ids=["w", "x"], delay=600)
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
-    await pubsub.subscribe(queue.keys("t").wake)
-    try:
-        await queue.send_many("t", [{}], task_ids=["w"], delay=700, on_conflict="replace")
-        assert await pubsub.get_message(timeout=0.2) is None  # later: nobody needs waking
-        await queue.send_many("t", [{}], task_ids=["x"], delay=0, on_conflict="replace")
-        async with asyncio.timeout(5):
-            while await pubsub.get_message(timeout=1) is None:
-                pass
-    finally:
-        await pubsub.aclose()
+    await assert_only_earlier_wakes(
+        redis_client, queue.keys("t").wake,
+        later=lambda: queue.send_many("t", [{}], task_ids=["w"], delay=700, on_conflict="replace"),
+        earlier=lambda: queue.send_many("t", [{}], task_ids=["x"], delay=0, on_conflict="replace"),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("value", ["Replace", "update", None, 1])
