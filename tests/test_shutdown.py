@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 import redis.asyncio
 
-from delayq import Queue, Task, TaskInfo, Worker
+from delayq import Queue, Task, Worker
 from tests.apps.records import events, handled
 from tests.apps.runner import (
     APP,
@@ -24,7 +24,7 @@ from tests.apps.runner import (
     module_command,
     script_command,
 )
-from tests.helpers import wait_for
+from tests.helpers import stored, wait_for
 
 
 class Launched(NamedTuple):
@@ -58,10 +58,21 @@ async def launch() -> AsyncIterator[Launch]:
         await asyncio.gather(run, return_exceptions=True)
 
 
-async def get(queue: Queue, topic: str, task_id: str) -> TaskInfo:
-    info = await queue.get(topic, task_id)
-    assert info is not None, f"{topic}/{task_id} is gone"
-    return info
+async def launch_stuck(queue: Queue, launch: Launch, sends: int) -> tuple[Launched, list[str]]:
+    """Launch a worker (grace 30 s) on ``sends`` tasks of a topic "job" whose handler runs
+    until it is cancelled; return once a handler runs."""
+    started = asyncio.Event()
+
+    @queue.topic("job")
+    async def job(body: None) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    launched = await launch(queue, grace=30)
+    task_ids = [await job.send(None) for _ in range(sends)]
+    async with asyncio.timeout(5):
+        await started.wait()
+    return launched, task_ids
 
 
 async def stopped_within(run: asyncio.Task[None], timeout: float) -> float:
@@ -98,7 +109,7 @@ async def test_running_handler_finishes_within_the_grace_and_is_acked(
     assert took < 5  # the handler's 0.3 s, not the 10 s grace
     assert worker.held == 0
     assert await queue.get("job", task_id) is None  # acked before the worker exited
-    assert (await get(queue, "job", later)).state == "delayed"  # untouched
+    assert (await stored(queue, "job", later)).state == "delayed"  # untouched
 
 
 async def test_handler_longer_than_the_grace_is_released_for_redelivery_at_once(
@@ -128,7 +139,7 @@ async def test_handler_longer_than_the_grace_is_released_for_redelivery_at_once(
     assert cancelled.is_set()
     assert 0.2 - 0.01 <= took < 5
 
-    info = await get(queue, "job", task_id)
+    info = await stored(queue, "job", task_id)
     assert info.state == "ready"
     assert info.attempts == 0  # the interrupted attempt does not count
     assert info.lease_deadline is None
@@ -144,44 +155,24 @@ async def test_handler_longer_than_the_grace_is_released_for_redelivery_at_once(
 
 
 async def test_second_stop_skips_the_grace(queue: Queue, launch: Launch) -> None:
-    started = asyncio.Event()
-
-    @queue.topic("job")
-    async def job(body: None) -> None:
-        started.set()
-        await asyncio.sleep(30)
-
-    worker, run = await launch(queue, grace=30)
-    task_id = await job.send(None)
-    async with asyncio.timeout(5):
-        await started.wait()
+    (worker, run), [task_id] = await launch_stuck(queue, launch, 1)
     worker.stop()
     await asyncio.sleep(0.1)
     assert not run.done()  # within its grace
     worker.stop()
     await stopped_within(run, timeout=5)
-    info = await get(queue, "job", task_id)
+    info = await stored(queue, "job", task_id)
     assert (info.state, info.attempts) == ("ready", 0)
 
 
 async def test_cancelling_run_releases_what_the_worker_holds(queue: Queue, launch: Launch) -> None:
-    started = asyncio.Event()
-
-    @queue.topic("job")
-    async def job(body: None) -> None:
-        started.set()
-        await asyncio.sleep(30)
-
-    worker, run = await launch(queue, grace=30)
-    task_ids = [await job.send(None) for _ in range(3)]
-    async with asyncio.timeout(5):
-        await started.wait()
+    (worker, run), task_ids = await launch_stuck(queue, launch, 3)
     await wait_for(lambda: worker.held == 3, 5, "the worker to hold all three")
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await stopped_within(run, timeout=5)
     for task_id in task_ids:
-        info = await get(queue, "job", task_id)
+        info = await stored(queue, "job", task_id)
         assert (info.state, info.attempts) == ("ready", 0)
 
 
@@ -195,7 +186,7 @@ async def test_idle_worker_stops_at_once(queue: Queue, launch: Launch) -> None:
     worker.stop()
     took = await stopped_within(run, timeout=5)
     assert took < 5
-    assert (await get(queue, "job", later)).state == "delayed"
+    assert (await stored(queue, "job", later)).state == "delayed"
 
 
 # -- a real `delayq worker` process ----------------------------------------------------------------
@@ -234,7 +225,7 @@ async def test_signal_releases_a_handler_longer_than_the_grace(
 ) -> None:
     command = script_command("worker", APP, "--grace", "0.3")
     worker, task_id = await _signal_mid_task(spawner, command, sig, queue, redis_url, 30)
-    info = await get(queue, "slow", task_id)
+    info = await stored(queue, "slow", task_id)
     assert (info.state, info.attempts) == ("ready", 0)
     assert ("finished", task_id, 1) not in await events(redis_client, queue.name)
     assert "releasing 1 task(s)" in worker.log()
