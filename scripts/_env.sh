@@ -64,11 +64,29 @@ delayq_setup_venv() {
     printf '%s\n' "$want" >"$stamp"
 }
 
+# apt-get install the packages named (apt-get options may come first) without starting
+# their services: policy-rc.d exiting 101 tells invoke-rc.d not to start a service from a
+# package's postinst (matters where there is no systemd).  Returns apt-get's status.
+_delayq_apt_install() {
+    local policy=/usr/sbin/policy-rc.d made_policy=0 rc=0
+    if [[ ! -e "$policy" ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
+    fi
+    if apt-get update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; then
+        rc=0
+    else
+        rc=$?
+    fi
+    if [[ "$made_policy" -eq 1 ]]; then rm -f "$policy"; fi
+    return "$rc"
+}
+
 # Make sure redis-server >= 7.0 is on PATH, installing Debian's package when
 # we are root. The package's service is NOT started: tests and scripts start
 # their own private servers.
 delayq_ensure_redis_server() {
-    local version major policy=/usr/sbin/policy-rc.d made_policy=0 rc=0
+    local version major rc=0
     if ! command -v redis-server >/dev/null 2>&1; then
         if [[ "$EUID" -ne 0 ]]; then
             _delayq_log "redis-server (>= 7.0) is not installed."
@@ -78,22 +96,11 @@ delayq_ensure_redis_server() {
             return 1
         fi
         _delayq_log "redis-server not found; installing Debian's redis-server package"
-        # policy-rc.d exiting 101 tells invoke-rc.d not to start the service
-        # from the package's postinst (matters where there is no systemd).
-        if [[ ! -e "$policy" ]]; then
-            printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
-        fi
-        if apt-get update -qq \
-            && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; then
-            rc=0
-        else
+        _delayq_apt_install redis-server || {
             rc=$?
-        fi
-        if [[ "$made_policy" -eq 1 ]]; then rm -f "$policy"; fi
-        if [[ "$rc" -ne 0 ]]; then
             _delayq_log "apt-get install redis-server failed ($rc)"
             return "$rc"
-        fi
+        }
     fi
     version="$(redis-server --version)" || return 1
     major="$(sed -n 's/.* v=\([0-9][0-9]*\)\..*/\1/p' <<<"$version")"
@@ -216,7 +223,6 @@ delayq_ensure_chromium() {
 # Prometheus rules, installing the package when we are root, as for Chromium; its service is
 # not started.  Never fails: without it those tests are skipped, and say why.
 delayq_ensure_promtool() {
-    local policy=/usr/sbin/policy-rc.d made_policy=0
     if command -v promtool >/dev/null 2>&1; then
         return 0
     fi
@@ -226,15 +232,8 @@ delayq_ensure_promtool() {
         return 0
     fi
     _delayq_log "installing Debian's prometheus package (promtool, for the rules' tests)"
-    if [[ ! -e "$policy" ]]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
-    fi
-    if ! { apt-get update -qq \
-        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            prometheus >/dev/null; }; then
-        _delayq_log "apt-get install prometheus failed: the rules' tests will be skipped"
-    fi
-    if [[ "$made_policy" -eq 1 ]]; then rm -f "$policy"; fi
+    _delayq_apt_install --no-install-recommends prometheus \
+        || _delayq_log "apt-get install prometheus failed: the rules' tests will be skipped"
     return 0
 }
 
