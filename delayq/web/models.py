@@ -11,7 +11,7 @@ from delayq.consumer import MAX_WAIT_SECONDS, LeasedTask
 from delayq.duration import MAX_SECONDS
 from delayq.headers import MAX_HEADERS
 from delayq.history import ActivityWindow, HistoryRecord
-from delayq.task import SendOutcome, TaskInfo
+from delayq.task import SendOutcome, TaskInfo, TopicStats
 from delayq.topic import MAX_ATTEMPTS_LIMIT
 
 # Strict: a JSON number where a number is due (not `false`, not "5"), a boolean where a
@@ -108,19 +108,11 @@ class RescheduleRequest(Request):
     at: AwareDatetime | None = None
 
 
-class TopicRow(BaseModel):
+class TopicRow(TopicStats):
+    """A topic's :class:`~delayq.TopicStats` (its ``consumers``: the live workers of
+    ``GET /api/workers`` that consume it), its name and its recent throughput."""
+
     name: str
-    delayed: int
-    ready: int
-    reserved: int
-    dead: int
-    paused: bool = False
-    rate_limit: str | None = None
-    max_running: int | None = None
-    consumers: int = 0
-    """Live workers (``GET /api/workers``) consuming the topic."""
-    oldest_ready_age: float | None = None
-    """Seconds since its oldest ready task fell due (None: none is ready)."""
     throughput: float = 0.0
     """Attempts finished per second over the last minute (topics with history; else 0)."""
 
