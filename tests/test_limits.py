@@ -16,6 +16,21 @@ from tests.fixtures_delayq import StartWorker
 from tests.helpers import counted, redis_now_ms, redis_time_passes, reserve, stored
 
 
+class Overlap:
+    """How many handler runs overlapped: ``most`` at once, ``runs`` finished."""
+
+    def __init__(self) -> None:
+        self.running = self.most = self.runs = 0
+
+    async def run(self, seconds: float) -> None:
+        """One run that takes ``seconds``."""
+        self.running += 1
+        self.most = max(self.most, self.running)
+        await asyncio.sleep(seconds)
+        self.running -= 1
+        self.runs += 1
+
+
 async def limit(queue: Queue, topic: str = "t", **fields: str) -> None:
     """Set control fields as a worker's declaration would."""
     await queue.scripts.control(queue.keys(topic), fields)
@@ -123,18 +138,13 @@ async def test_an_expired_lease_frees_its_place(queue: Queue) -> None:
 
 
 async def test_max_running_holds_across_workers(queue: Queue, start_worker: StartWorker) -> None:
-    running, most, done = 0, 0, 0
+    overlap = Overlap()
     finished = asyncio.Event()
 
     @queue.topic("t", max_running=2)
     async def handler(body: Any) -> None:
-        nonlocal running, most, done
-        running += 1
-        most = max(most, running)
-        await asyncio.sleep(0.02)
-        running -= 1
-        done += 1
-        if done == 30:
+        await overlap.run(0.02)
+        if overlap.runs == 30:
             finished.set()
 
     await ready_tasks(queue, 30)
@@ -144,7 +154,7 @@ async def test_max_running_holds_across_workers(queue: Queue, start_worker: Star
     # 2 s idle recheck, and 30 tasks would take far longer than this.
     async with asyncio.timeout(15):
         await finished.wait()
-    assert most == 2
+    assert overlap.most == 2
 
 
 # -- rate_limit -------------------------------------------------------------------------------
@@ -270,22 +280,17 @@ async def test_a_periodic_topic_with_max_running_1_never_overlaps(
     queues: Callable[[], Queue], start_worker: StartWorker
 ) -> None:
     """Ticks every 100 ms, each run 150 ms, two workers: runs queue up, one at a time."""
-    running, most, runs = 0, 0, 0
+    overlap = Overlap()
     for _ in range(2):
         queue = queues()
 
         @queue.periodic("sweep", every=0.1, catch_up="all", max_running=1)
         async def sweep(task: Any) -> None:
-            nonlocal running, most, runs
-            running += 1
-            most = max(most, running)
-            await asyncio.sleep(0.15)
-            running -= 1
-            runs += 1
+            await overlap.run(0.15)
 
         await start_worker(queue, concurrency=5)
     async with asyncio.timeout(15):
-        while runs < 6:
+        while overlap.runs < 6:
             await asyncio.sleep(0.05)
-    assert most == 1
+    assert overlap.most == 1
     assert (await queue.stats())["sweep"].max_running == 1
