@@ -277,14 +277,16 @@ class Producer:
                 ) from None  # fmt: skip
         return statuses
 
-    async def cancel(self, topic: str, task_id: str) -> bool:
-        """Run cancel.lua (see ``Queue.cancel``) and tell the listeners.  A topic registered
-        here with ``history=N`` passes N (a script else reads what its workers recorded)."""
+    async def cancel(self, topic: str, task_id: str, running: bool = False) -> bool:
+        """Run cancel.lua (see ``Queue.cancel``; ``running``: abort a reserved task too) and
+        tell the listeners.  A topic registered here with ``history=N`` passes N (a script
+        else reads what its workers recorded)."""
         keys = await self._shards.route(topic, task_id)
-        cancelled = await self.scripts.cancel(keys, task_id, self._history(topic))
+        history = self._history(topic)
+        cancelled = await self.scripts.cancel(keys, task_id, history, running=running)
         if cancelled and self._hooks.listeners:
             self._hooks.emit(TaskEvent("cancelled", topic, task_id))
-        return cancelled
+        return cancelled > 0
 
     async def reschedule(
         self, topic: str, task_id: str, delay: Duration | None, at: datetime | None

@@ -274,10 +274,14 @@ class Queue(QueueReads):
         return await self._parts.producer.send(topic, body, True, at_ms, task_id, ttr, max_attempts,
                                                on_conflict, priority, headers)  # fmt: skip
 
-    async def cancel(self, topic: str, task_id: str) -> bool:
+    async def cancel(self, topic: str, task_id: str, *, running: bool = False) -> bool:
         """Delete a delayed, ready or dead task: True if it existed and was removed; False if
-        unknown, already done, or reserved (running now: a running task cannot be recalled)."""
-        return await self._parts.producer.cancel(topic, check_task_id(task_id))
+        unknown, already done, or reserved (running now) and ``running`` is not set.
+
+        ``running=True`` also aborts a reserved task: its lease ends at once, its worker
+        cancels the handler and its ack is refused, and it never runs again (see "Aborting
+        a running task" in docs/api.md; a plain ``def`` handler's thread runs on)."""
+        return await self._parts.producer.cancel(topic, check_task_id(task_id), running)
 
     async def reschedule(
         self, topic: str, task_id: str, *, delay: Duration | None = None, at: datetime | None = None

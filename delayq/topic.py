@@ -260,6 +260,10 @@ class Sender(Protocol):
     def send_at(self) -> Callable[..., Awaitable[SendResult]]:
         """``Queue.send_at``."""
 
+    @property
+    def cancel(self) -> Callable[..., Awaitable[bool]]:
+        """``Queue.cancel``."""
+
 
 class Topic(Generic[BodyT]):
     """The handle ``@queue.topic(...)`` returns: call it like the handler, or send through it.
@@ -298,6 +302,11 @@ class Topic(Generic[BodyT]):
     async def send_at(self, body: BodyT, at: datetime, **options: Any) -> SendResult:
         """Send a task due at ``at``. See :meth:`delayq.Queue.send_at`."""
         return await self.queue.send_at(self.name, body, at=at, **options)
+
+    async def cancel(self, task_id: str, *, running: bool = False) -> bool:
+        """Cancel (``running=True``: or abort) a task of this topic. See
+        :meth:`delayq.Queue.cancel`."""
+        return await self.queue.cancel(self.name, task_id, running=running)
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, handler={self.handler.__qualname__})"

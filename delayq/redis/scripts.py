@@ -52,11 +52,18 @@ class Scripts(TaskScripts):
             on, so they go through ``client``): concurrent calls through it are pipelined.
     """
 
-    async def cancel(self, keys: TopicKeys, task_id: str, history: int = 0) -> bool:
-        """Run cancel.lua. Returns whether a delayed, ready or dead task was removed; a
-        topic this process registered with ``history`` records it (0: as its workers say)."""
+    async def cancel(
+        self, keys: TopicKeys, task_id: str, history: int = 0, *, running: bool = False
+    ) -> int:
+        """Run cancel.lua. Returns 1 when a delayed, ready or dead task was removed, 2 when
+        ``running`` and a reserved one was (its lease ended, its worker told: an abort), 0
+        when nothing was; a topic this process registered with ``history`` records it (0:
+        as its workers say)."""
+        if running:
+            keys_ = (*waiting_keys(keys), keys.reserved, keys.controls)
+            return _int(await self._run("cancel", keys_, (task_id, history, keys.wake_publish)))
         args: tuple[str | int, ...] = (task_id, history) if history else (task_id,)
-        return bool(_int(await self._run("cancel", waiting_keys(keys), args)))
+        return _int(await self._run("cancel", waiting_keys(keys), args))
 
     async def dead_bulk(
         self, keys: TopicKeys, mode: Literal["replay", "delete"], most: int, history: int = 0

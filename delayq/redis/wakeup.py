@@ -16,6 +16,13 @@ to their concrete channels, one connection per master that owns any of them
 (:func:`listen_sharded`); a pattern cannot be sharded, so the hub subscribes to the
 channels of the topics actually polled, adding each one as a poll first asks for it.
 
+The same channel carries aborts (``Queue.cancel(..., running=True)``): cancel.lua publishes
+``abort:<token>:<id>`` when it ends a running task's lease.  Redis does not record which
+worker holds a lease, so every worker of the topic hears it and the one holding that lease
+(by id and fencing token) cancels the handler; the subscription is one every worker keeps
+anyway, and a lease costs no record of its holder.  An abort wakes no fetch loop, and a
+long poll ignores it (the abort's freed place, if one was waited for, is published apart).
+
 If the subscription drops, every waiter is woken so that it re-reads its schedule: a lost
 message can delay nothing.
 
@@ -26,19 +33,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from delayq.pacing import Outage
 from delayq.redis.cluster import is_cluster
 from delayq.redis.subscription import listen, listen_sharded
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from redis.asyncio import Redis
     from redis.asyncio.client import PubSub
 
 log = logging.getLogger("delayq.worker")
+
+ABORT = b"abort:"
+"""How a wake channel's message that is an abort starts (cancel.lua)."""
+
+
+def parse_abort(data: Any) -> tuple[str, str] | None:
+    """``(token, task id)`` of a wake channel's message that is an abort, else None."""
+    raw = data.encode() if isinstance(data, str) else data
+    if not isinstance(raw, bytes) or not raw.startswith(ABORT):
+        return None
+    token, _, task_id = raw[len(ABORT) :].decode().partition(":")
+    return token, task_id
 
 
 class Wakeup:
@@ -51,6 +70,8 @@ class Wakeup:
         self._events = {channel: asyncio.Event() for channel in channels}
         self._listeners: dict[str, list[asyncio.Event]] = {}
         self.subscribed = asyncio.Event()
+        self.on_abort: Callable[[str, str, str], None] | None = None
+        """Called with (channel, token, task id) for each abort heard (the worker's)."""
 
     def event(self, channel: str) -> asyncio.Event:
         """The event set whenever ``channel`` receives a wake-up."""
@@ -71,7 +92,13 @@ class Wakeup:
             for listener in listeners:
                 listener.set()
 
-    def _deliver(self, channel: str) -> None:
+    def _deliver(self, channel: str, data: Any) -> None:
+        if data[:1] in (b"a", "a"):  # an abort: no wake-up's data (a due time) starts so
+            abort = parse_abort(data)
+            if abort is not None:
+                if self.on_abort is not None:
+                    self.on_abort(channel, *abort)
+                return
         event = self._events.get(channel)
         if event is not None:
             event.set()
@@ -160,7 +187,9 @@ class WakeupHub:
                     self._changed.set()
         return found
 
-    def _deliver(self, channel: str) -> None:
+    def _deliver(self, channel: str, data: Any) -> None:
+        if data[:1] in (b"a", "a"):
+            return  # an abort, which only the worker holding the lease acts on
         found = self._signals.get(channel)
         if found is not None:
             found.fire()

@@ -132,6 +132,8 @@ class Worker:
             max_body_bytes=queue.max_body_bytes, ack_limit=concurrency,
             reporter=Reporter(queue.hooks, on_outcome), outage=self._outage,
         )  # fmt: skip
+        self._executor.channels = {keys.wake: t.name for t, keys in self._shards}
+        self._wakeup.on_abort = self._executor.abort
 
     def stop(self) -> None:
         """Stop reserving and shut down gracefully (idempotent).  A second call skips the grace."""
