@@ -60,6 +60,7 @@ QUERY = {
     "upcoming": ("limit", "cursor"),
     "timeline": ("window", "windows"),
     "history": ("limit", "before", "outcome"),
+    "cancel": ("running",),
 }
 """The query parameters each endpoint takes (any other is refused)."""
 SEND_FIELDS = ("topic", "task_id", "delay", "at", "ttr", "max_attempts", "body")
@@ -244,11 +245,12 @@ class Api:
             raise not_found("no such task (unknown, finished or cancelled)")
         return FinishedTask(id=task_id, topic=topic, history=record)
 
-    async def cancel(self, topic: str, task_id: str) -> Response:
-        """Cancel a delayed, ready or dead task.  409 while it runs."""
+    async def cancel(self, topic: str, task_id: str, running: bool = False) -> Response:
+        """Cancel a delayed, ready or dead task.  409 while it runs, unless `running=true`:
+        then abort it (its worker cancels the handler; it never runs again)."""
         topic, task_id = name(topic), name(task_id)
         with naming("topic", "task_id"):
-            if not await self.queue.cancel(topic, task_id):
+            if not await self.queue.cancel(topic, task_id, running=running):
                 await _explain(self.queue, topic, task_id, "cancelled")
         return Response(status_code=204)
 
