@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from delayq import Queue, Task
+from tests.apps.runner import app_env, module_command, run_cli
 from tests.fixtures_delayq import StartWorker
 from tests.helpers import redis_time_passes, reserve, stored, wait_for
 from tests.test_events import Events
@@ -251,3 +252,30 @@ async def test_an_abort_message_for_a_lease_it_does_not_hold_changes_nothing(
         await aq.redis.publish(channel, "abort:0:x")
     await events.wait_for("acked")
     assert cancelled == []
+
+
+@pytest.mark.parametrize("where", ["single", "cluster"])
+async def test_the_cli_aborts_with_running(
+    request: pytest.FixtureRequest, queue_name: str, where: str
+) -> None:
+    if where == "single":
+        url, options = request.getfixturevalue("redis_url"), ["--url"]
+    else:
+        url, options = request.getfixturevalue("cluster").url, ["--cluster", "--url"]
+    q = Queue.from_url(url, name=queue_name, cluster=where == "cluster")
+    try:
+        await q.send("t", {}, task_id="x")
+        await lease(q, "t", "x")
+        args = ("cancel", *options, url, "--name", queue_name, "t", "x")
+        env = app_env(url, "unused")
+        refused = await run_cli(module_command(*args), env)
+        assert refused.returncode == 1 and "--running" in refused.stderr, refused.stderr
+        assert (await stored(q, "t", "x")).state == "reserved"
+        aborted = await run_cli(module_command(*args, "--running"), env)
+        assert aborted.returncode == 0, aborted.stderr
+        assert "cancelled t/x" in aborted.stdout
+        assert await q.get("t", "x") is None
+        again = await run_cli(module_command(*args, "--running"), env)
+        assert again.returncode == 1 and "unknown or done" in again.stderr
+    finally:
+        await q.close()

@@ -137,10 +137,11 @@ async def _get(queue: Queue, args: argparse.Namespace) -> int:
 
 
 async def _cancel(queue: Queue, args: argparse.Namespace) -> int:
-    if await queue.cancel(args.topic, args.task_id):
+    if await queue.cancel(args.topic, args.task_id, running=args.running):
         print(f"cancelled {args.topic}/{args.task_id}")
         return 0
-    print(f"{args.topic}/{args.task_id} not cancelled: unknown, done, or running", file=sys.stderr)
+    why = "unknown or done" if args.running else "unknown, done, or running (see --running)"
+    print(f"{args.topic}/{args.task_id} not cancelled: {why}", file=sys.stderr)
     return 1
 
 
@@ -293,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub = command(name, handler, text, app_required=False)
         sub.add_argument("topic")
         sub.add_argument("task_id")
+        if name == "cancel":
+            sub.add_argument(
+                "--running", action="store_true",
+                help="also abort the task if it runs now: its worker cancels the handler",
+            )  # fmt: skip
     for name, handler, text in (
         ("pause", _pause, "stop every worker from leasing a topic's tasks"),
         ("resume", _resume, "let a paused topic's tasks be leased again"),
