@@ -12,8 +12,13 @@ from delayq import Queue
 from tests.fixtures_delayq import StartWorker
 from tests.helpers import wait_for
 from tests.web.server import WebServer
-from tests.web.test_browser import WAIT_MS, browser, open_dashboard, web  # noqa: F401
-from tests.web.test_browser import pytestmark  # noqa: F401 (marks this module too)
+from tests.web.test_browser import (  # noqa: F401
+    WAIT_MS,
+    browser,
+    open_dashboard,
+    pytestmark,
+    web,
+)
 
 
 async def test_a_running_task_is_aborted_from_its_page_after_a_confirmation(
