@@ -42,7 +42,7 @@ async def test_a_running_task_is_aborted_from_its_page_after_a_confirmation(
     await queue.send("reports", {"n": 1}, task_id="r-1")
     await asyncio.wait_for(started.wait(), 10)
 
-    page = await open_dashboard(browser, web, scope="produce")
+    page = await open_dashboard(browser, web)
     answers: list[str] = []
     accept = {"value": False}
 
