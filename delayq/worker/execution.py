@@ -33,6 +33,7 @@ from delayq.errors import (
     RedisUnavailableError,
     Retry,
 )
+from delayq.results import encode_result
 from delayq.task import Task, from_millis
 from delayq.worker.acker import Acker
 from delayq.worker.lease import local_deadline
@@ -171,6 +172,13 @@ class Executor:
         if cancelled_from_outside():
             raise asyncio.CancelledError  # it swallowed the worker's stop: not done either
 
+    def keep(self, task: Task[Any], value: object) -> None:
+        """Carry what ``task``'s handler returned to its ack (topics with ``results=``),
+        encoded now: a value that cannot be stored is logged, and the task still acked."""
+        d = self._held.get((task.topic, task.id))
+        if d is not None:
+            d.result = encode_result(task.topic, task.id, value, self._max_body_bytes)
+
     def _acked(self, d: Delivery, acked: bool) -> None:
         self._held.pop((d.topic.name, d.task_id), None)
         if not acked:
@@ -204,6 +212,7 @@ class Executor:
                 d.keys, d.task_id, d.envelope.token, mode=mode, delay_ms=delay_ms,
                 error=error, max_attempts=d.topic.options.max_attempts,
                 history=d.topic.options.history, times=d.times(),
+                results=d.topic.options.results_ms,
             )  # fmt: skip
         except DelayqError as exc:
             # The lease stays in Redis and expires: the task is redelivered, not lost.

@@ -5,12 +5,17 @@
 -- KEYS[2] wheel (ZSET)   KEYS[3] dead (ZSET)   KEYS[4] errors (HASH)
 -- ARGV[1] id   ARGV[2] records of history the caller's registration of the topic keeps
 -- (absent or 0: the setting its workers record in <prefix>meta)
+-- ARGV[3] ms the topic keeps each task's result (absent or 0: the setting its workers
+-- record in <prefix>meta; _results.lua)   ARGV[4] the topic's wake channel (absent: not
+-- sharded), which tells how to notify a result's waiters
 -- Returns: 1 removed | 0 unknown or reserved
--- A topic that keeps history records the cancelled task (_history.lua).
+-- A topic that keeps history records the cancelled task (_history.lua); one that keeps
+-- results stores the outcome 'cancelled' (_results.lua).
 --@include _envelope
 --@include _layout
 --@include _priority
 --@include _history
+--@include _results
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local id = ARGV[1]
@@ -19,9 +24,11 @@ local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash', 
 if bad then
   return bad
 end
-local cap = tonumber(ARGV[2]) or 0
-if cap <= 0 then
-  cap = tonumber(redis.call('HGET', meta_key(prefix), 'history')) or 0
+local cap, ttl = tonumber(ARGV[2]) or 0, tonumber(ARGV[3]) or 0
+if cap <= 0 or ttl <= 0 then
+  local recorded = redis.call('HMGET', meta_key(prefix), 'history', 'results')
+  cap = cap > 0 and cap or tonumber(recorded[1]) or 0
+  ttl = ttl > 0 and ttl or tonumber(recorded[2]) or 0
 end
 bad = check_types(history_kinds(prefix, cap, {}))
 if bad then
@@ -40,4 +47,6 @@ end
 delete_task(prefix, id)
 redis.call('HDEL', errors, id)
 history_add(prefix, cap, { id, history_record('cancelled', raw, ',', '', body) })
+store_result(prefix, ttl, results_channel(prefix, ARGV[4] or ''), id, 'cancelled',
+  e and e.attempts or (raw and string.match(raw, '^%d+')) or 0, '', '')
 return 1
