@@ -347,3 +347,33 @@ def test_encoding_a_result() -> None:
     # An error holding commas is cut by its length, not at a comma.
     assert parse_result("t", "a", b"dead,1,0,4,a,b,").error == "a,b,"
     assert Envelope  # imported for type checks of the helpers above
+
+
+async def test_the_result_command_exits_0_1_or_3(
+    queue: Queue, redis_url: str, start_worker: StartWorker
+) -> None:
+    import json
+
+    from tests.apps.runner import app_env, module_command, run_cli
+
+    @queue.topic("t", results=60)
+    async def handler(body: Any) -> dict[str, int]:
+        return {"n": 1}
+
+    await start_worker(queue)  # records the topic's results setting for the CLI
+    await queue.send("t", {}, task_id="done")
+    await queue.result("t", "done", wait=5)
+    await queue.send_delayed("t", {}, 60, task_id="later")
+    env = app_env(redis_url, queue.name)
+    args = ("result", "--url", redis_url, "--name", queue.name, "t")
+    found, missing, waiting = await asyncio.gather(
+        run_cli(module_command(*args, "done"), env),
+        run_cli(module_command(*args, "nobody"), env),
+        run_cli(module_command(*args, "later", "--wait", "0.2"), env),
+    )
+    assert found.returncode == 0, found.stderr
+    shown = json.loads(found.stdout)
+    assert shown["outcome"] == "acked" and shown["value"] == {"n": 1}
+    assert missing.returncode == 1 and "no result for t/nobody" in missing.stderr
+    assert waiting.returncode == 3 and "has not finished yet" in waiting.stderr
+    assert "Traceback" not in waiting.stderr + missing.stderr

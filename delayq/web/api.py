@@ -29,6 +29,7 @@ from delayq.web.errors import (
 )
 from delayq.web.longpoll import until_set
 from delayq.web.models import (
+    AckRequest,
     ActivityPage,
     ActivityPoint,
     DeadPage,
@@ -352,10 +353,11 @@ class Api:
                 return ReserveResult(tasks=await lease)
             return ReserveResult(tasks=await until_set(lease, self.stopping))
 
-    async def ack(self, token: str) -> None:
-        """The task is done: delete it.  409 when the lease is no longer held."""
+    async def ack(self, token: str, request: Annotated[AckRequest | None, Body()] = None) -> None:
+        """The task is done: delete it (its topic keeping results: with `result`).  409
+        when the lease is no longer held."""
         with naming("token"):
-            await self.queue.consumer.ack(token)
+            await self.queue.consumer.ack(token, request.result if request else None)
 
     async def nack(
         self, token: str, request: Annotated[NackRequest | None, Body()] = None
