@@ -90,6 +90,33 @@ async def test_an_abort_is_recorded_as_cancelled_and_counted(aq: Queue) -> None:
     await events.wait_for("cancelled")
 
 
+async def test_an_abort_stores_the_cancelled_result_and_wakes_its_waiter(
+    aq: Queue, start_worker: StartWorker
+) -> None:
+    """The result of a topic with results= is stored by the same exit of cancel.lua, so a
+    waiter of the running task's result hears it finish as cancelled."""
+    started = asyncio.Event()
+
+    @aq.topic("r", ttr=60, results=60)
+    async def handler(body: Any) -> int:
+        started.set()
+        await asyncio.sleep(60)
+        return 1
+
+    await start_worker(aq)
+    await aq.send("r", {}, task_id="x")
+    await asyncio.wait_for(started.wait(), 10)
+    waiter = asyncio.create_task(aq.result("r", "x", wait=20))
+    await asyncio.sleep(0)  # (the waiter may start before or after the abort: both work)
+    assert await aq.cancel("r", "x", running=True)
+    result = await asyncio.wait_for(waiter, 20)
+    assert result is not None
+    assert (result.outcome, result.value, result.attempts) == ("cancelled", None, 1)
+    assert result.error is not None and result.error.startswith("Aborted")
+    again = await aq.result("r", "x")
+    assert again is not None and again.outcome == "cancelled"
+
+
 async def _never_run(body: Any) -> None:
     raise AssertionError("not run in this test")
 

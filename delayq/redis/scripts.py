@@ -53,17 +53,28 @@ class Scripts(TaskScripts):
     """
 
     async def cancel(
-        self, keys: TopicKeys, task_id: str, history: int = 0, *, running: bool = False
-    ) -> int:
+        self, keys: TopicKeys, task_id: str, history: int = 0, results: int = 0, *,
+        running: bool = False,
+    ) -> int:  # fmt: skip
         """Run cancel.lua. Returns 1 when a delayed, ready or dead task was removed, 2 when
         ``running`` and a reserved one was (its lease ended, its worker told: an abort), 0
-        when nothing was; a topic this process registered with ``history`` records it (0:
-        as its workers say)."""
+        when nothing was; a topic this process registered with ``history`` records it, and
+        with ``results`` (ms) stores its result (0: as its workers say)."""
+        args = (task_id, history, results, keys.wake_publish)
         if running:
-            keys_ = (*waiting_keys(keys), keys.reserved, keys.controls)
-            return _int(await self._run("cancel", keys_, (task_id, history, keys.wake_publish)))
-        args: tuple[str | int, ...] = (task_id, history) if history else (task_id,)
+            return _int(
+                await self._run("cancel", (*waiting_keys(keys), keys.reserved, keys.controls), args)
+            )
         return _int(await self._run("cancel", waiting_keys(keys), args))
+
+    async def result(
+        self, keys: TopicKeys, task_id: str, kept: int = 1
+    ) -> tuple[int, bytes | None]:
+        """Run result.lua. Returns (0 no result | 1 not finished | 2 finished, its stored
+        result); ``kept`` -1: the topic is not registered here (its workers' setting says
+        whether it keeps results)."""
+        reply = await self._run("result", (keys.prefix, keys.dead), (task_id, min(kept, 1)))
+        return _int(reply[0]), reply[1] if len(reply) > 1 else None
 
     async def dead_bulk(
         self, keys: TopicKeys, mode: Literal["replay", "delete"], most: int, history: int = 0

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from delayq.pacing import Outage
 from delayq.redis.cluster import is_cluster
@@ -47,16 +47,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("delayq.worker")
 
-ABORT = b"abort:"
+ABORT = "abort:"
 """How a wake channel's message that is an abort starts (cancel.lua)."""
 
 
-def parse_abort(data: Any) -> tuple[str, str] | None:
+def parse_abort(data: str) -> tuple[str, str] | None:
     """``(token, task id)`` of a wake channel's message that is an abort, else None."""
-    raw = data.encode() if isinstance(data, str) else data
-    if not isinstance(raw, bytes) or not raw.startswith(ABORT):
+    if not data.startswith(ABORT):
         return None
-    token, _, task_id = raw[len(ABORT) :].decode().partition(":")
+    token, _, task_id = data[len(ABORT) :].partition(":")
     return token, task_id
 
 
@@ -92,8 +91,8 @@ class Wakeup:
             for listener in listeners:
                 listener.set()
 
-    def _deliver(self, channel: str, data: Any) -> None:
-        if data[:1] in (b"a", "a"):  # an abort: no wake-up's data (a due time) starts so
+    def _deliver(self, channel: str, data: str) -> None:
+        if data[:1] == "a":  # an abort: no wake-up's data (a due time) starts so
             abort = parse_abort(data)
             if abort is not None:
                 if self.on_abort is not None:
@@ -187,17 +186,21 @@ class WakeupHub:
                     self._changed.set()
         return found
 
-    def _deliver(self, channel: str, data: Any) -> None:
-        if data[:1] in (b"a", "a"):
+    def _deliver(self, channel: str, data: str) -> None:
+        if data[:1] == "a":
             return  # an abort, which only the worker holding the lease acts on
         found = self._signals.get(channel)
         if found is not None:
             found.fire()
 
-    def _lost(self) -> None:
-        self.subscribed.clear()
+    def _fire_all(self) -> None:
+        """Wake every waiter: a message may have been lost (or not yet subscribed to)."""
         for found in self._signals.values():
             found.fire()
+
+    def _lost(self) -> None:
+        self.subscribed.clear()
+        self._fire_all()
 
     async def run(self) -> None:
         """Listen until cancelled, resubscribing after connection failures."""
@@ -208,8 +211,7 @@ class WakeupHub:
         def subscribed() -> None:
             self.subscribed.set()
             # A task sent while we were (re)subscribing published to nobody: look again.
-            for found in self._signals.values():
-                found.fire()
+            self._fire_all()
 
         if self._cluster is not None:
             await listen_sharded(
@@ -219,3 +221,45 @@ class WakeupHub:
             return
         await listen(self._redis, subscribe, self._deliver, self._lost, subscribed, self._outage,
                      confirmed=True)  # fmt: skip
+
+
+class ResultHub(WakeupHub):
+    """Wakes whoever waits for a task's result (``queue.result(..., wait=S)``).
+
+    A script that stores results names the finished ids on the topic's ``results``
+    channel (``_results.lua``); the hub subscribes as :class:`WakeupHub` does (a pattern
+    on one Redis, the channels of the topics waited on with ``SSUBSCRIBE`` on a cluster)
+    and fires only the signal of each id named, so a finished task wakes its own waiters,
+    not every waiter of the topic.  A lost or renewed subscription wakes every waiter to
+    read its result again.
+    """
+
+    def __init__(self, redis: Redis, *patterns: str) -> None:
+        super().__init__(redis, *patterns)
+        self._waiting: dict[tuple[str, str], tuple[Signal, int]] = {}
+
+    def watch(self, channel: str, task_id: str) -> Signal:
+        """The signal fired when ``task_id``'s result is named on ``channel`` (or the
+        subscription was lost or renewed); pair with :meth:`unwatch`."""
+        self.signal(channel)  # on a cluster: subscribes to the channel
+        found, count = self._waiting.get((channel, task_id), (None, 0))
+        if found is None:
+            found = Signal()
+        self._waiting[channel, task_id] = (found, count + 1)
+        return found
+
+    def unwatch(self, channel: str, task_id: str) -> None:
+        """One waiter of ``task_id`` is gone."""
+        found, count = self._waiting.pop((channel, task_id))
+        if count > 1:
+            self._waiting[channel, task_id] = (found, count - 1)
+
+    def _deliver(self, channel: str, data: str) -> None:
+        for task_id in data.split("\n"):
+            entry = self._waiting.get((channel, task_id))
+            if entry is not None:
+                entry[0].fire()
+
+    def _fire_all(self) -> None:
+        for found, _ in self._waiting.values():
+            found.fire()

@@ -29,6 +29,7 @@ from delayq.web.errors import (
 )
 from delayq.web.longpoll import until_set
 from delayq.web.models import (
+    AckRequest,
     ActivityPage,
     ActivityPoint,
     DeadPage,
@@ -246,8 +247,7 @@ class Api:
         return FinishedTask(id=task_id, topic=topic, history=record)
 
     async def cancel(self, topic: str, task_id: str, running: bool = False) -> Response:
-        """Cancel a delayed, ready or dead task.  409 while it runs, unless `running=true`:
-        then abort it (its worker cancels the handler; it never runs again)."""
+        """Cancel a delayed, ready or dead task; 409 while it runs, unless `running=true`."""
         topic, task_id = name(topic), name(task_id)
         with naming("topic", "task_id"):
             if not await self.queue.cancel(topic, task_id, running=running):
@@ -354,10 +354,11 @@ class Api:
                 return ReserveResult(tasks=await lease)
             return ReserveResult(tasks=await until_set(lease, self.stopping))
 
-    async def ack(self, token: str) -> None:
-        """The task is done: delete it.  409 when the lease is no longer held."""
+    async def ack(self, token: str, request: Annotated[AckRequest | None, Body()] = None) -> None:
+        """The task is done: delete it (its topic keeping results: with `result`).  409
+        when the lease is no longer held."""
         with naming("token"):
-            await self.queue.consumer.ack(token)
+            await self.queue.consumer.ack(token, request.result if request else None)
 
     async def nack(
         self, token: str, request: Annotated[NackRequest | None, Body()] = None

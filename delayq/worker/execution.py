@@ -37,6 +37,7 @@ from delayq.errors import (
     RedisUnavailableError,
     Retry,
 )
+from delayq.results import encode_result
 from delayq.task import Task, from_millis
 from delayq.worker.acker import Acker
 from delayq.worker.lease import aborted, local_deadline
@@ -197,6 +198,13 @@ class Executor:
             log.info("%s/%s aborted: cancelling its handler", d.topic.name, task_id)
             self._deadlines.abort(d)
 
+    def keep(self, task: Task[Any], value: object) -> None:
+        """Carry what ``task``'s handler returned to its ack (topics with ``results=``),
+        encoded now: a value that cannot be stored is logged, and the task still acked."""
+        d = self._held.get((task.topic, task.id))
+        if d is not None:
+            d.result = encode_result(task.topic, task.id, value, self._max_body_bytes)
+
     def _acked(self, d: Delivery, acked: bool) -> None:
         self._held.pop((d.topic.name, d.task_id), None)
         if not acked and d.aborted:
@@ -241,6 +249,7 @@ class Executor:
                 d.keys, d.task_id, d.envelope.token, mode=mode, delay_ms=delay_ms,
                 error=error, max_attempts=d.topic.options.max_attempts,
                 history=d.topic.options.history, times=d.times(),
+                results=d.topic.options.results_ms,
             )  # fmt: skip
         except DelayqError as exc:
             # The lease stays in Redis and expires: the task is redelivered, not lost.

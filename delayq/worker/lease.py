@@ -47,6 +47,7 @@ class Delivery:
     leased_at: float = 0.0  # ...and the loop time its reply arrived: Redis time since = delta
     started: float = 0.0  # loop time the handler started (0: never)
     ran: float | None = None  # the handler's run time in seconds, once it returned or raised
+    result: bytes = b""  # what its ack stores as the result (results= topics; acker.py)
 
     # Kept by Deadlines:
     expired: bool = False  # the deadline passed before the delivery was done

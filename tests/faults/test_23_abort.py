@@ -4,7 +4,8 @@
   late ack is refused (or, with its handler still awaiting, the handler is cancelled when
   the abort's message reaches it), and the task never runs again, past its lease's TTR.
 - An abort racing the natural ack, 1,000 times: every task ends exactly once, acked or
-  cancelled, and the topic's history says which (the one that won in Redis).
+  cancelled, and the topic's history and the task's result say which (the one that won
+  in Redis).
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ async def test_23_abort_racing_the_natural_ack_ends_each_task_once(
     started: dict[str, asyncio.Event] = {}
     runs: dict[str, int] = {}
 
-    @queue.topic("race", history=ROUNDS * 2, max_attempts=1, ttr=30)
+    @queue.topic("race", history=ROUNDS * 2, results=600, max_attempts=1, ttr=30)
     async def handle(body: dict[str, Any]) -> None:
         task_id = body["id"]
         runs[task_id] = runs.get(task_id, 0) + 1
@@ -126,12 +127,13 @@ async def test_23_abort_racing_the_natural_ack_ends_each_task_once(
     assert len(records) == ROUNDS == len(outcomes), "each task ends once"
     for task_id, was_aborted in aborted.items():
         assert outcomes[task_id] == ("cancelled" if was_aborted else "acked"), task_id
+        result = await queue.result("race", task_id)
+        assert result is not None and result.outcome == outcomes[task_id], task_id
     assert all(n == 1 for n in runs.values()) and len(runs) == ROUNDS  # never run twice
     acked = sum(1 for o in outcomes.values() if o == "acked")
     await wait_for(lambda: events.kinds().count("acked") == acked, 10, "the acked events")
     assert "retried" not in events.kinds() and "dead" not in events.kinds()
     both = {"acked": acked, "cancelled": ROUNDS - acked}
-    print(f"race outcomes: {both}")
     assert all(both.values()), f"the race went one way only: {both}"
     reserved = queue.keys("race").reserved
     assert await queue.redis.zcount(reserved, "-inf", "(inf") == 0  # no lease left behind

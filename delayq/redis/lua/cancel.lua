@@ -7,14 +7,20 @@
 -- abort only: KEYS[5] reserved (ZSET)   KEYS[6] controls (HASH, see _controls.lua)
 -- ARGV[1] id   ARGV[2] records of history the caller's registration of the topic keeps
 -- (absent or 0: the setting its workers record in <prefix>meta)
--- ARGV[3] abort only: the wake channel, on which "abort:<token>:<id>" tells the worker
--- holding the lease to cancel its handler (delayq/redis/wakeup.py)
+-- ARGV[3] ms the topic keeps each task's result (absent or 0: the setting its workers
+-- record in <prefix>meta; _results.lua)   ARGV[4] the topic's wake channel (absent: not
+-- sharded), which tells how to notify a result's waiters; on an abort "abort:<token>:<id>"
+-- is published on it, which tells the worker holding the lease to cancel its handler
+-- (delayq/redis/wakeup.py)
 -- Returns: 1 removed | 0 unknown, or reserved without KEYS[5] | 2 reserved, lease ended
--- A topic that keeps history records the cancelled task (_history.lua).
+-- Every removal ends at the one exit below: a topic that keeps history records the
+-- cancelled task (_history.lua); one that keeps results stores the outcome 'cancelled'
+-- (_results.lua).
 --@include _envelope
 --@include _layout
 --@include _priority
 --@include _history
+--@include _results
 local prefix, wheel, dead, errors, reserved = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local id = ARGV[1]
@@ -27,9 +33,11 @@ local bad = check_types(kinds) or load_buckets(prefix)
 if bad then
   return bad
 end
-local cap = tonumber(ARGV[2]) or 0
-if cap <= 0 then
-  cap = tonumber(redis.call('HGET', meta_key(prefix), 'history')) or 0
+local cap, ttl = tonumber(ARGV[2]) or 0, tonumber(ARGV[3]) or 0
+if cap <= 0 or ttl <= 0 then
+  local recorded = redis.call('HMGET', meta_key(prefix), 'history', 'results')
+  cap = cap > 0 and cap or tonumber(recorded[1]) or 0
+  ttl = ttl > 0 and ttl or tonumber(recorded[2]) or 0
 end
 bad = check_types(history_kinds(prefix, cap, {}))
 if bad then
@@ -47,7 +55,7 @@ elseif redis.call('ZREM', dead, id) == 1 then
   -- (a dead letter)
 elseif raw and reserved and redis.call('ZREM', reserved, id) == 1 then
   -- Running: the lease is gone with the task, as if acked; its holder is told to stop.
-  local channel = ARGV[3]
+  local channel = ARGV[4]
   publish(channel, 'abort:' .. (e and e.token or '') .. ':' .. id)
   if redis.call('HDEL', KEYS[6], 'full') == 1 then
     publish(channel, 0)  -- a worker waits for a place under max_running (_controls.lua)
@@ -59,4 +67,6 @@ end
 delete_task(prefix, id)
 redis.call('HDEL', errors, id)
 history_add(prefix, cap, { id, history_record('cancelled', raw, ',', err, body) })
+store_result(prefix, ttl, results_channel(prefix, ARGV[4] or ''), id, 'cancelled',
+  e and e.attempts or (raw and string.match(raw, '^%d+')) or 0, err, '')
 return removed
