@@ -306,3 +306,27 @@ async def test_the_cli_aborts_with_running(
         assert again.returncode == 1 and "unknown or done" in again.stderr
     finally:
         await q.close()
+
+
+async def test_abort_on_a_sharded_topic(aq: Queue, start_worker: StartWorker) -> None:
+    """Each shard has its own wake channel: the abort is heard on the task's shard's."""
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    @aq.topic("s", ttr=60, shards=4)
+    async def handler(body: Any) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    await start_worker(aq)
+    for task_id in ("a", "b", "c"):
+        started.clear()
+        await aq.send("s", {}, task_id=task_id)
+        await asyncio.wait_for(started.wait(), 10)
+        cancelled.clear()
+        assert await aq.cancel("s", task_id, running=True)
+        await asyncio.wait_for(cancelled.wait(), 5)
+        assert await aq.get("s", task_id) is None

@@ -3,6 +3,7 @@
 - The worker holding the lease is frozen (SIGSTOP) when the abort lands, then resumed: its
   late ack is refused (or, with its handler still awaiting, the handler is cancelled when
   the abort's message reaches it), and the task never runs again, past its lease's TTR.
+- The holder was killed: the abort succeeds, and the task never runs again.
 - An abort racing the natural ack, 1,000 times: every task ends exactly once, acked or
   cancelled, and the topic's history and the task's result say which (the one that won
   in Redis).
@@ -77,6 +78,26 @@ async def test_23_abort_while_the_worker_is_frozen(
     assert await queue.get(WORK_TOPIC, task_id) is None
     assert worker.alive
     assert " ERROR " not in worker.output() and "Traceback" not in worker.output()
+
+
+async def test_23_abort_after_the_holding_worker_was_killed(
+    make_redis_server: Any, spawn_worker: Any, make_queue: Any, log_dir: Path
+) -> None:
+    """The holder died (SIGKILL) with the lease: the abort still succeeds, and the next
+    worker, past the dead lease's TTR, never runs the task."""
+    server = make_redis_server()
+    dead = await spawn_worker(server, ttr=TTR).started()
+    queue: Queue = make_queue(server.url)
+    task_id = await queue.send(WORK_TOPIC, {"plan": {"1": [["sleep", 60_000]]}}, task_id="orphan")
+    await wait_for(lambda: (1, dead.pid, "start") in _events(log_dir, task_id), 5, "start")
+    dead.kill()
+    assert await queue.cancel(WORK_TOPIC, task_id, running=True)
+    await redis_time_passes(queue.redis, int(TTR * 1000) + 500)
+    other = await spawn_worker(server, ttr=TTR).started()
+    await queue.send(WORK_TOPIC, {}, task_id="marker")
+    await wait_for(lambda: (1, other.pid, "done") in _events(log_dir, "marker"), 10, "marker")
+    assert [e for e in _events(log_dir, task_id) if e[2] == "start"] == [(1, dead.pid, "start")]
+    assert await queue.get(WORK_TOPIC, task_id) is None
 
 
 ROUNDS = 1000
