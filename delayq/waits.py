@@ -71,10 +71,12 @@ class Results:
         # a subscription already confirmed, so it wakes us.
         signal = hub.watch(keys.results, task_id)
         try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(deadline):
-                    await hub.subscribed.wait()
             while True:
+                # (Again) subscribed before reading: after a lost subscription, the read
+                # waits for Redis to be back (within the deadline) rather than failing.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(deadline):
+                        await hub.subscribed.wait()
                 woken = signal.watch()
                 state, found = await self._read(topic, keys, task_id, kept)
                 if state != 1:
