@@ -27,6 +27,7 @@ from delayq.errors import (
     RedisCommandError,
     RedisOutOfMemoryError,
     RedisUnavailableError,
+    ResultNotReadyError,
     Retry,
     ShardCountError,
     UnknownTopicError,
@@ -39,6 +40,7 @@ from delayq.limits import RateLimit
 from delayq.middleware import CallNext, Middleware
 from delayq.queue import Queue
 from delayq.redis.durability import Durability
+from delayq.results import TaskResult
 from delayq.task import Outcome, SendOutcome, SendResult, Task, TaskInfo, TaskState, TopicStats
 from delayq.topic import OnConflict, Topic
 from delayq.upcoming import Timeline, TimelineWindow, UpcomingPage, UpcomingTask
@@ -77,6 +79,7 @@ __all__ = [
     "RedisCommandError",
     "RedisOutOfMemoryError",
     "RedisUnavailableError",
+    "ResultNotReadyError",
     "ShardCountError",
     "Retry",
     "RunningPage",
@@ -86,6 +89,7 @@ __all__ = [
     "Task",
     "TaskEvent",
     "TaskInfo",
+    "TaskResult",
     "TaskState",
     "Timeline",
     "TimelineWindow",

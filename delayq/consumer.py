@@ -24,12 +24,14 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
 from delayq.bounds import bounded_int
+from delayq.codec import DEFAULT_MAX_BODY_BYTES
 from delayq.duration import Duration, to_millis, to_seconds
 from delayq.errors import InvalidDurationError, InvalidInputError, LeaseLostError
 from delayq.events import Hooks, TaskEvent
 from delayq.lease_token import LeaseHandle
 from delayq.redis.keys import shard_wake_pattern, wake_pattern
 from delayq.redis.wakeup import Signal, WakeupHub
+from delayq.results import encode_result
 from delayq.task import Envelope, from_millis
 from delayq.worker.execution import MAX_ERROR_CHARS
 from delayq.worker.report import log_skipped, nack_event, tell_reclaimed
@@ -111,7 +113,9 @@ class Consumer:
         options: Callable[[str], TopicOptions],
         hooks: Hooks | None = None,
         shards: ShardMap | None = None,
+        max_result_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
+        self._max_result_bytes = max_result_bytes
         self._hooks = hooks if hooks is not None else Hooks()
         self._shards = shards
         self._turn: dict[str, int] = {}  # the shard a sharded topic's next lease starts at
@@ -189,6 +193,10 @@ class Consumer:
         topic (``delayq web`` with no app) records its tasks too."""
         return self._options(topic).history or -1
 
+    def _results(self, topic: str) -> int:
+        """How long ``topic`` keeps results as registered here (ms), or -1: as its workers say."""
+        return self._options(topic).results_ms or -1
+
     async def _reserve(
         self, topic: str, every: list[TopicKeys], limit: int, ttr_ms: int, max_attempts: int
     ) -> list[Reservation]:
@@ -203,6 +211,7 @@ class Consumer:
             found = await self._scripts.reserve_reporting(
                 every[(start + n) % len(every)], limit=wanted, reclaim=MAX_RECLAIM,
                 ttr_ms=ttr_ms, max_attempts=max_attempts, history=self._history(topic),
+                results=self._results(topic),
             )  # fmt: skip
             if found.skipped:
                 log_skipped(topic, found.skipped)
@@ -233,8 +242,10 @@ class Consumer:
             return self._keys(handle.topic)
         return await self._shards.route(handle.topic, handle.task_id)
 
-    async def ack(self, lease_token: str) -> None:
-        """Finish the leased task: it is deleted.
+    async def ack(self, lease_token: str, result: Any = None) -> None:
+        """Finish the leased task: it is deleted.  ``result`` is its return value, stored
+        when its topic keeps results (``results=``; encoded like a body, and, like a
+        handler's, replaced by why when it cannot be stored).
 
         Raises:
             InvalidInputError: ``lease_token`` is not a lease token.
@@ -244,8 +255,12 @@ class Consumer:
         handle = LeaseHandle.parse(lease_token)
         keys = await self._route(handle)
         cap = self._history(handle.topic)  # recorded as ended now, start unknown
-        lease = (handle.task_id, handle.fencing_token, ",")[: 3 if cap else 2]
-        (acked,) = await self._scripts.ack(keys, [lease], history=cap)
+        lease: tuple[str | bytes, ...] = (handle.task_id, handle.fencing_token, ",")[
+            : 3 if cap else 2
+        ]
+        results = self._results(handle.topic)
+        lease += (encode_result(handle.topic, handle.task_id, result, self._max_result_bytes),)
+        (acked,) = await self._scripts.ack(keys, [lease], history=cap, results=results)
         self._tell("acked" if acked else "lease_lost", handle)
         if not acked:
             raise _lost(handle)
@@ -283,7 +298,7 @@ class Consumer:
         outcome, when = await self._scripts.nack(
             keys, handle.task_id, handle.fencing_token, mode="dead" if dead else "retry",
             delay_ms=delay_ms, error=error[:MAX_ERROR_CHARS], max_attempts=options.max_attempts,
-            history=self._history(handle.topic),
+            history=self._history(handle.topic), results=self._results(handle.topic),
         )  # fmt: skip
         self._tell(nack_event("dead" if dead else "retry", outcome), handle, error)
         if outcome == 0:

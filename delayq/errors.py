@@ -20,6 +20,7 @@ The tree::
     ├── ShardCountError                      a topic's declared shard count differs from the stored one
     ├── NotDurableError                      a durable send is stored, but too few replicas confirmed it
     ├── LeaseLostError                       Task.extend after the lease was lost (acks/nacks: logged)
+    ├── ResultNotReadyError (also TimeoutError)  a result wait ended before the task finished
     ├── AppImportError                       `delayq worker module:attr` could not load a Queue
     ├── LifespanError                        the queue's lifespan raised as a worker entered it
     └── Retry                                raised by a handler to ask for a retry after a delay
@@ -182,6 +183,11 @@ def _ids(task_ids: list[str], most: int = 5) -> str:
 
 class LeaseLostError(DelayqError):
     """Raised by ``Task.extend`` when the lease expired and another worker may hold the task."""
+
+
+class ResultNotReadyError(DelayqError, TimeoutError):
+    """Raised by ``result(..., wait=S)`` when the task still exists (delayed, ready or
+    running) after ``S`` seconds: it has not finished yet, and may still."""
 
 
 class AppImportError(DelayqError):

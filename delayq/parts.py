@@ -26,6 +26,7 @@ from delayq.redis.registry import Registry
 from delayq.redis.scripts import Scripts
 from delayq.shards import ShardMap
 from delayq.topic import Topic, TopicOptions
+from delayq.waits import Results
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -71,18 +72,23 @@ class QueueParts:
             self.redis, self.keys, self.shards.route, self.shards.every, lambda: self.scripts
         )
         self.registry = Registry(self.redis, self.name)
+        self.results = Results(
+            self.redis, self.name, lambda: self.scripts, self.shards.route, self._results_ms
+        )
         self.producer = Producer(
             self.redis, self.scripts, queue=self.name, keys=self.keys, adapter=self._adapter,
             max_body_bytes=max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,
             durable=self._durable, hooks=self.hooks, shards=self.shards, topics=self.topics,
             strict=strict_topics,
             history=lambda topic: self.topic_options(topic).history,
+            results=lambda topic: self.topic_options(topic).results_ms,
         )  # fmt: skip
         self.admin = Admin(self.redis, self.scripts, self.shards, self.name, self.topic_options)
         """A topic as a whole: its leased tasks, all its dead letters, forgetting it."""
         self.consumer = Consumer(
             self.redis, self.scripts, queue=self.name, keys=self.keys,
             options=self.topic_options, hooks=self.hooks, shards=self.shards,
+            max_result_bytes=self.max_body_bytes,
         )  # fmt: skip
 
     def own(self, lane: ScriptLane | None) -> None:
@@ -94,6 +100,7 @@ class QueueParts:
     async def close(self) -> None:
         """Close the consumer's subscription and the connections the queue opened."""
         await self.consumer.aclose()
+        await self.results.aclose()
         if isinstance(self._durable, ClusterDurableSender):
             await self._durable.aclose()
         if self._owns_client:
@@ -131,6 +138,12 @@ class QueueParts:
     async def announce(self, topics: Iterable[str]) -> None:
         """Record topic names in the queue's topic set, which ``stats`` reads."""
         await self.producer.announce(topics)
+
+    def _results_ms(self, topic: str) -> int:
+        """How long ``topic`` keeps results as registered here (0: none), or -1 when it is
+        not registered here (what its workers recorded then decides)."""
+        registered = self.topics.get(topic)
+        return registered.options.results_ms if registered else -1
 
     def _declared_shards(self, topic: str) -> int | None:
         registered = self.topics.get(topic)

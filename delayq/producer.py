@@ -70,7 +70,8 @@ class Producer:
         topics: the topics registered in this process (read at each send).
         strict: refuse sends to any other topic (``strict_topics``).
         history: the records a topic registered in this process keeps (0: none, or not
-            registered here), which its cancels carry.
+            registered here), which its cancels carry; ``results``: its results' lifetime
+            in ms, likewise.
     """
 
     def __init__(
@@ -89,11 +90,13 @@ class Producer:
         topics: Collection[str] = (),
         strict: bool = False,
         history: Callable[[str], int] = lambda topic: 0,
+        results: Callable[[str], int] = lambda topic: 0,
     ) -> None:
         self._redis = redis
         self._topics = topics
         self._strict = strict
         self._history = history
+        self._results = results
         self._shards = shards
         self._hooks = hooks
         self.scripts = scripts
@@ -277,14 +280,17 @@ class Producer:
                 ) from None  # fmt: skip
         return statuses
 
-    async def cancel(self, topic: str, task_id: str) -> bool:
-        """Run cancel.lua (see ``Queue.cancel``) and tell the listeners.  A topic registered
-        here with ``history=N`` passes N (a script else reads what its workers recorded)."""
+    async def cancel(self, topic: str, task_id: str, running: bool = False) -> bool:
+        """Run cancel.lua (see ``Queue.cancel``; ``running``: abort a reserved task too) and
+        tell the listeners.  A topic registered here with ``history=N`` (``results=``)
+        passes it (a script else reads what its workers recorded)."""
         keys = await self._shards.route(topic, task_id)
-        cancelled = await self.scripts.cancel(keys, task_id, self._history(topic))
+        cancelled = await self.scripts.cancel(
+            keys, task_id, self._history(topic), self._results(topic), running=running
+        )
         if cancelled and self._hooks.listeners:
             self._hooks.emit(TaskEvent("cancelled", topic, task_id))
-        return cancelled
+        return cancelled > 0
 
     async def reschedule(
         self, topic: str, task_id: str, delay: Duration | None, at: datetime | None

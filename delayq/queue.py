@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from delayq.backoff import Backoff
     from delayq.redis.durability import Durability
+    from delayq.results import TaskResult
     from delayq.task import SendResult
     from delayq.topic import OnConflict
 
@@ -124,6 +125,7 @@ class Queue(QueueReads):
     def topic(
         self, name: str, *, ttr: Duration = 30.0, max_attempts: int = 5, history: int = 0, shards: int = 1,
         backoff: Backoff | None = None, rate_limit: str | None = None, max_running: int | None = None,
+        results: Duration | None = None,
     ) -> TopicDecorator:  # fmt: skip
         """Register the decorated ``async def`` handler for topic ``name`` (one per topic):
         the decorator returns the handler's :class:`Topic` handle.  The other arguments are
@@ -135,7 +137,8 @@ class Queue(QueueReads):
         """
         check_topic(name)
         options = topic_options(ttr=ttr, max_attempts=max_attempts, backoff=backoff, history=history,
-                                rate_limit=rate_limit, max_running=max_running, shards=shards)  # fmt: skip
+                                rate_limit=rate_limit, max_running=max_running, shards=shards,
+                                results=results)  # fmt: skip
         return topic_decorator(self.topics, self, self.name, name, options)
 
     def periodic(
@@ -274,10 +277,34 @@ class Queue(QueueReads):
         return await self._parts.producer.send(topic, body, True, at_ms, task_id, ttr, max_attempts,
                                                on_conflict, priority, headers)  # fmt: skip
 
-    async def cancel(self, topic: str, task_id: str) -> bool:
+    async def cancel(self, topic: str, task_id: str, *, running: bool = False) -> bool:
         """Delete a delayed, ready or dead task: True if it existed and was removed; False if
-        unknown, already done, or reserved (running now: a running task cannot be recalled)."""
-        return await self._parts.producer.cancel(topic, check_task_id(task_id))
+        unknown, already done, or reserved (running now) and ``running`` is not set.
+
+        ``running=True`` also aborts a reserved task: its lease ends at once, its worker
+        cancels the handler and its ack is refused, and it never runs again (see "Aborting
+        a running task" in docs/api.md; a plain ``def`` handler's thread runs on)."""
+        return await self._parts.producer.cancel(topic, check_task_id(task_id), running)
+
+    async def result(
+        self, topic: str, task_id: str, *, wait: Duration = 0
+    ) -> TaskResult[Any] | None:
+        """The result of task ``task_id`` of ``topic``, a topic registered with ``results=``
+        (the value as decoded JSON; :meth:`Topic.result <delayq.Topic.result>` validates it).
+
+        A finished task whose result is kept: its :class:`~delayq.TaskResult` at once.  A
+        task still to finish (delayed, ready or running): waits up to ``wait`` seconds for
+        it, woken by Redis when it finishes (no polling).  A dead letter counts as finished
+        (``outcome="dead"``) until it is replayed.
+
+        Returns:
+            ``None`` for an unknown id, a result that expired, or a topic without results.
+
+        Raises:
+            ResultNotReadyError: the task had not finished after ``wait`` (a TimeoutError).
+            InvalidInputError: a bad topic, id or ``wait``.
+        """
+        return await self._parts.results.get(topic, task_id, wait)
 
     async def reschedule(
         self, topic: str, task_id: str, *, delay: Duration | None = None, at: datetime | None = None

@@ -19,12 +19,14 @@ from typing import (
 
 import anyio.to_thread
 from pydantic import TypeAdapter
+from typing_extensions import TypeVar as DefaultTypeVar
 
 from delayq.backoff import Backoff
 from delayq.bounds import bounded_int
 from delayq.duration import Duration, to_millis
 from delayq.errors import InvalidInputError, UnsupportedShardingError
 from delayq.limits import RateLimit, check_max_running
+from delayq.results import TaskResult, return_adapter, typed_result
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -33,7 +35,9 @@ if TYPE_CHECKING:
     from delayq.ticks import PeriodicOptions
 
 BodyT = TypeVar("BodyT")
-Handler = Callable[..., Awaitable[None]] | Callable[..., None]
+ResultT = DefaultTypeVar("ResultT", default=Any)
+"""What a topic's handler returns (``Any`` where unknown)."""
+Handler = Callable[..., Awaitable[Any]] | Callable[..., Any]
 """An ``async def`` handler, or a plain ``def`` one (run in a worker thread)."""
 
 
@@ -56,6 +60,9 @@ class TopicOptions:
         periodic: a periodic topic's schedule (``None`` for any other topic).
         history: keep the last N finished tasks and an hour of activity
             (``queue.history``; docs/observability.md); 0 keeps none.
+        results_ms: ``results``, how long each task's outcome and return value are kept
+            once it finished (seconds or a timedelta; ``None``, 0 here: none); read them
+            with :meth:`Topic.result` or :meth:`~delayq.Queue.result` (docs/api.md, Results).
         shards: spread the topic's tasks over this many hash tags (1..1024), so that on a
             Redis Cluster one topic uses every master (docs/cluster.md).  A task's shard is
             ``zlib.crc32(task_id) % shards``; order (due time, priority) holds per shard.
@@ -71,6 +78,7 @@ class TopicOptions:
     periodic: PeriodicOptions | None = None
     history: int = 0
     shards: int = 1
+    results_ms: int = 0
 
 
 MAX_HISTORY = 10_000_000
@@ -85,6 +93,7 @@ def topic_options(
     max_running: int | None,
     history: int,
     shards: int = 1,
+    results: Duration | None = None,
 ) -> TopicOptions:
     """Validate ``@queue.topic``'s options (``InvalidInputError``) into :class:`TopicOptions`."""
     shards = check_shards(shards)
@@ -101,6 +110,7 @@ def topic_options(
         max_running=None if max_running is None else check_max_running(max_running),
         history=check_history(history),
         shards=shards,
+        results_ms=0 if results is None else to_millis(results, name="results", allow_zero=False),
     )
 
 
@@ -220,7 +230,7 @@ def tick_handler(handler: Handler) -> Handler:
     if is_async:
 
         async def run_async(body: None, task: Any) -> None:
-            await (handler(task) if takes_task else handler())  # type: ignore[misc]
+            await (handler(task) if takes_task else handler())
 
         run = run_async
     else:
@@ -260,8 +270,16 @@ class Sender(Protocol):
     def send_at(self) -> Callable[..., Awaitable[SendResult]]:
         """``Queue.send_at``."""
 
+    @property
+    def cancel(self) -> Callable[..., Awaitable[bool]]:
+        """``Queue.cancel``."""
 
-class Topic(Generic[BodyT]):
+    @property
+    def result(self) -> Callable[..., Awaitable[TaskResult[Any] | None]]:
+        """``Queue.result``."""
+
+
+class Topic(Generic[BodyT, ResultT]):
     """The handle ``@queue.topic(...)`` returns: call it like the handler, or send through it.
 
     Sending through the handle is the same as ``queue.send_delayed(topic.name, ...)`` with
@@ -277,15 +295,32 @@ class Topic(Generic[BodyT]):
         self.is_async = check_handler(handler)
         self.__doc__ = handler.__doc__
         self.__wrapped__ = handler
+        self._returns: tuple[TypeAdapter[Any] | None] | None = None  # made on first result()
 
-    async def __call__(self, body: BodyT, task: Task) -> None:
+    async def __call__(self, body: BodyT, task: Task) -> ResultT:
         """Run the handler directly (as the worker does, a plain ``def`` in a thread),
-        e.g. from a test."""
+        e.g. from a test; returns what it returns."""
         args = (body, task) if self.takes_task else (body,)
         if self.is_async:
-            await self.handler(*args)  # type: ignore[misc]
-        else:
-            await anyio.to_thread.run_sync(self.handler, *args)
+            return await self.handler(*args)  # type: ignore[no-any-return]
+        return await anyio.to_thread.run_sync(self.handler, *args)  # type: ignore[no-any-return]
+
+    async def result(self, task_id: str, *, wait: Duration = 0) -> TaskResult[ResultT] | None:
+        """The result of task ``task_id`` (a topic registered with ``results=``), its value
+        validated into the handler's annotated return type; otherwise as
+        :meth:`delayq.Queue.result`.
+
+        Raises:
+            ResultNotReadyError: the task had not finished after ``wait`` seconds.
+            BodyValidationError: the stored value does not fit the return type (the
+                handler's annotation changed since).
+        """
+        found = await self.queue.result(self.name, task_id, wait=wait)
+        if found is None:
+            return None
+        if self._returns is None:
+            self._returns = (return_adapter(self.handler),)
+        return typed_result(found, self._returns[0])
 
     async def send(self, body: BodyT, **options: Any) -> SendResult:
         """Send a task due now. See :meth:`delayq.Queue.send`."""
@@ -298,6 +333,11 @@ class Topic(Generic[BodyT]):
     async def send_at(self, body: BodyT, at: datetime, **options: Any) -> SendResult:
         """Send a task due at ``at``. See :meth:`delayq.Queue.send_at`."""
         return await self.queue.send_at(self.name, body, at=at, **options)
+
+    async def cancel(self, task_id: str, *, running: bool = False) -> bool:
+        """Cancel (``running=True``: or abort) a task of this topic. See
+        :meth:`delayq.Queue.cancel`."""
+        return await self.queue.cancel(self.name, task_id, running=running)
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, handler={self.handler.__qualname__})"
@@ -314,12 +354,14 @@ class TopicDecorator:
         self._register = register
 
     @overload
-    def __call__(self, handler: Callable[[BodyT, Task], Awaitable[None]]) -> Topic[BodyT]: ...
+    def __call__(
+        self, handler: Callable[[BodyT, Task], Awaitable[ResultT]]
+    ) -> Topic[BodyT, ResultT]: ...
     @overload
-    def __call__(self, handler: Callable[[BodyT], Awaitable[None]]) -> Topic[BodyT]: ...
+    def __call__(self, handler: Callable[[BodyT], Awaitable[ResultT]]) -> Topic[BodyT, ResultT]: ...
     @overload
-    def __call__(self, handler: Callable[[BodyT, Task], None]) -> Topic[BodyT]: ...
+    def __call__(self, handler: Callable[[BodyT, Task], ResultT]) -> Topic[BodyT, ResultT]: ...
     @overload
-    def __call__(self, handler: Callable[[BodyT], None]) -> Topic[BodyT]: ...
+    def __call__(self, handler: Callable[[BodyT], ResultT]) -> Topic[BodyT, ResultT]: ...
     def __call__(self, handler: Handler) -> Topic[Any]:
         return self._register(handler)

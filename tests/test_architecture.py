@@ -13,7 +13,7 @@ The layers, from the top (a module may import its own layer and the ones below):
     worker       delayq.worker.*
     redis        delayq.redis.*
     leaves       errors, bounds, pacing, duration, backoff, ids, codec, task, cancellation,
-                 topic, limits, middleware, ticks, headers, events: anyone may import these
+                 topic, limits, middleware, ticks, headers, events, results: anyone may import these
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ LEAVES = {
     "delayq.ticks",
     "delayq.headers",
     "delayq.events",
+    "delayq.results",
 }
 # delayq.cli (and __main__, which runs it) is an extension too: `delayq web` imports
 # delayq.web when it runs (and

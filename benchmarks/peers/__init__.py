@@ -27,6 +27,7 @@ DEV_GROUP = "dev"
 #: never in a default run: library -> virtualenv group, like ``PEERS``.
 VARIANTS: dict[str, str] = {
     "delayq_base": "dev",  # delayq at a git ref, before a change (peers/delayq_base.py)
+    "delayq_results": "dev",  # its topics keep results (peers/delayq_results.py)
 }
 
 #: Everything ``--only`` may name.

@@ -13,7 +13,7 @@ import delayq
 from delayq.cli.app import DEFAULT_NAME, queue_named
 from delayq.cli.fleet import periodic as _periodic
 from delayq.cli.fleet import workers as _workers
-from delayq.errors import AppImportError
+from delayq.errors import AppImportError, ResultNotReadyError
 from delayq.queue import Queue
 from delayq.strict import strict_send_hook
 
@@ -137,11 +137,31 @@ async def _get(queue: Queue, args: argparse.Namespace) -> int:
 
 
 async def _cancel(queue: Queue, args: argparse.Namespace) -> int:
-    if await queue.cancel(args.topic, args.task_id):
+    if await queue.cancel(args.topic, args.task_id, running=args.running):
         print(f"cancelled {args.topic}/{args.task_id}")
         return 0
-    print(f"{args.topic}/{args.task_id} not cancelled: unknown, done, or running", file=sys.stderr)
+    why = "unknown or done" if args.running else "unknown, done, or running (see --running)"
+    print(f"{args.topic}/{args.task_id} not cancelled: {why}", file=sys.stderr)
     return 1
+
+
+async def _result(queue: Queue, args: argparse.Namespace) -> int:
+    """Exit 0 with the result's JSON, 1 when there is none, 3 when the task has not
+    finished within ``--wait``."""
+    try:
+        found = await queue.result(args.topic, args.task_id, wait=args.wait)
+    except ResultNotReadyError as exc:
+        print(f"delayq result: {exc}", file=sys.stderr)
+        return 3
+    if found is None:
+        print(
+            f"no result for {args.topic}/{args.task_id} in {queue_named(queue, args)} (unknown "
+            "task, expired result, or a topic registered without results=)",
+            file=sys.stderr,
+        )
+        return 1
+    print(found.model_dump_json(indent=2))
+    return 0
 
 
 async def _dead(queue: Queue, args: argparse.Namespace) -> int:
@@ -256,6 +276,15 @@ def _web_options(web: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _result_options(result: argparse.ArgumentParser) -> None:
+    result.add_argument("topic")
+    result.add_argument("task_id")
+    result.add_argument(
+        "--wait", type=float, default=0.0, metavar="S",
+        help="wait up to S seconds for a task still to finish (exit 3 if it has not)",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``delayq`` command."""
     parser = argparse.ArgumentParser(prog="delayq", description="Delayed tasks on Redis.")
@@ -293,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub = command(name, handler, text, app_required=False)
         sub.add_argument("topic")
         sub.add_argument("task_id")
+        if name == "cancel":
+            sub.add_argument(
+                "--running", action="store_true",
+                help="also abort the task if it runs now: its worker cancels the handler",
+            )  # fmt: skip
     for name, handler, text in (
         ("pause", _pause, "stop every worker from leasing a topic's tasks"),
         ("resume", _resume, "let a paused topic's tasks be leased again"),
@@ -304,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--force", action="store_true",
             help=f"{name} a topic Redis has never seen (no tasks, no stored state)",
         )  # fmt: skip
+    _result_options(command("result", _result, "show a finished task's result", app_required=False))
     dead = command("dead", _dead, "list or replay dead letters", app_required=False)
     dead.add_argument("topic")
     dead.add_argument("--replay", metavar="ID")

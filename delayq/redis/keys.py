@@ -28,7 +28,11 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:rollup     HASH  an hour of activity in 10 s windows (history)
     delayq:{shop:order.close}:archive    HASH  SQL destination -> seq of the last history record
                                                it holds (the archive's cursors, archived.lua)
+    delayq:{shop:order.close}:result:<id> STRING a finished task's result, expiring (topics
+                                               with results=, _results.lua)
     delayq:{shop:order.close}:wake       pub/sub channel: "a task became due earlier"
+    delayq:{shop:order.close}:results    pub/sub channel: ids whose result was just stored
+                                               (sharded on a Redis Cluster, like wake)
     delayq:{shop:*}:wake                 the pattern of every topic's wake channel (long polls;
                                                on a Redis Cluster the wake channels are sharded
                                                channels, subscribed one by one, see wakeup.py)
@@ -168,6 +172,9 @@ class TopicKeys:
     """Its activity per 10 s window for the last hour (``rollup.lua``)."""
     archive: str
     """How far each SQL destination has copied :attr:`history` (``archived.lua``)."""
+    results: str
+    """The channel on which the scripts name the tasks whose result they stored
+    (``_results.lua``); see :meth:`result` for the result's key."""
     wake_publish: str
     """What the scripts are given as the wake channel: :attr:`wake`, or on a Redis Cluster
     ``!`` + :attr:`wake`, which they publish with ``SPUBLISH`` (sharded pub/sub)."""
@@ -212,6 +219,7 @@ class TopicKeys:
             history=base + "history",
             rollup=base + "rollup",
             archive=base + "archive",
+            results=base + "results",
             wake_publish=("!" if sharded_wake else "") + base + "wake",
             shard=shard,
         )
@@ -241,6 +249,10 @@ class TopicKeys:
                 self.seq, self.errors, self.buckets, self.starts, self.prio, self.prio_ready,
                 self.prio_mark, self.clock, self.history, self.rollup, self.archive,
                 self.prefix + "slots")  # fmt: skip
+
+    def result(self, task_id: str) -> str:
+        """The STRING holding ``task_id``'s result (``result_key`` in ``_layout.lua``)."""
+        return f"{self.prefix}result:{task_id}"
 
     def slot(self, number: bytes | str) -> str:
         """The schedule slot (ZSET id -> due ms) named ``number`` in the wheel."""
@@ -332,18 +344,19 @@ class RegistryKeys:
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
-def wake_pattern(queue: str) -> str:
-    """The PSUBSCRIBE pattern matching the wake channel of every topic of ``queue``.
+def wake_pattern(queue: str, channel: str = "wake") -> str:
+    """The PSUBSCRIBE pattern matching the wake channel (or ``channel``, e.g. ``results``)
+    of every topic of ``queue``.
 
     A queue name holds no ``{``, ``}`` or ``:``, so the pattern cannot match another
     queue's channels; glob characters in it are escaped.
     """
     escaped = _GLOB_SPECIAL.sub(r"\\\1", queue)
-    return f"{PREFIX}:{{{escaped}:*}}:wake"
+    return f"{PREFIX}:{{{escaped}:*}}:{channel}"
 
 
-def shard_wake_pattern(queue: str) -> str:
-    """The PSUBSCRIBE pattern matching the wake channel of every shard k >= 1 of every
-    sharded topic of ``queue`` (:func:`wake_pattern` covers shard 0)."""
+def shard_wake_pattern(queue: str, channel: str = "wake") -> str:
+    """The PSUBSCRIBE pattern matching the wake channel (or ``channel``) of every shard
+    k >= 1 of every sharded topic of ``queue`` (:func:`wake_pattern` covers shard 0)."""
     escaped = _GLOB_SPECIAL.sub(r"\\\1", queue)
-    return f"{SHARD_PREFIX}{{{escaped}:*}}:wake"
+    return f"{SHARD_PREFIX}{{{escaped}:*}}:{channel}"

@@ -102,7 +102,7 @@ class TaskScripts:
         names = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
                  "replay", "get", "stats", "dead_letters", "upcoming", "timeline", "control",
                  "tick", "tick_state", "tick_look", "rollup", "shards", "clock", "archived",
-                 "dead_bulk", "forget", "running")  # fmt: skip
+                 "dead_bulk", "forget", "running", "result")  # fmt: skip
         self._scripts = {
             name: self._client.register_script(lua_source(name, test_clock=test_clock_on()))
             for name in names
@@ -229,12 +229,13 @@ class TaskScripts:
         ttr_ms: int,
         max_attempts: int,
         history: int = 0,
+        results: int = 0,
     ) -> tuple[int, int, list[tuple[str, bytes]]]:
         """Run reserve.lua. Returns (now µs, next wake ms or -1, [(id, envelope), ...]);
         :meth:`reserve_reporting` also returns what could not be leased."""
         found = await self.reserve_reporting(
             keys, limit=limit, reclaim=reclaim, ttr_ms=ttr_ms, max_attempts=max_attempts,
-            history=history,
+            history=history, results=results,
         )  # fmt: skip
         return found.now_us, found.next_ms, found.items
 
@@ -247,13 +248,14 @@ class TaskScripts:
         ttr_ms: int,
         max_attempts: int,
         history: int = 0,
+        results: int = 0,
     ) -> Reservation:
-        """Run reserve.lua. Returns the leased tasks and the entries it dropped or buried."""
-        reply = await self._run(
-            "reserve",
-            reserve_keys(keys),
-            (limit, reclaim, ttr_ms, max_attempts, history),
-        )
+        """Run reserve.lua. Returns the leased tasks and the entries it dropped or buried
+        (a topic keeping ``results`` ms stores the result of each it dead-letters)."""
+        args: tuple[str | int, ...] = (limit, reclaim, ttr_ms, max_attempts, history)
+        if results:
+            args += (results, keys.wake_publish)
+        reply = await self._run("reserve", reserve_keys(keys), args)
         notes = reply[2]
         skipped, reclaimed = [], []
         for i in range(0, len(notes), 2):
@@ -271,14 +273,17 @@ class TaskScripts:
         )
 
     async def ack(
-        self, keys: TopicKeys, leases: Sequence[tuple[str, ...]], *, history: int = 0
-    ) -> list[bool]:
-        """Run ack.lua for (id, token) pairs, or (id, token, "started,ended ms") triples for
-        a topic keeping ``history`` records. Returns, per lease, whether the ack took effect."""
+        self, keys: TopicKeys, leases: Sequence[tuple[str | bytes, ...]], *, history: int = 0,
+        results: int = 0,
+    ) -> list[bool]:  # fmt: skip
+        """Run ack.lua for (id, token) pairs, with "started,ended ms" after the token for a
+        topic keeping ``history`` records, and the result last for one keeping ``results``
+        ms (``b""``, ``b"v"`` + JSON or ``b"e"`` + why not stored; ``-1`` as its workers
+        say). Returns, per lease, whether the ack took effect."""
         applied: list[bool] = []
         # Chunks, because Lua's unpack() takes at most ~8,000 values.
         for start in range(0, len(leases), MAX_UNPACK):
-            args: list[str | int | bytes] = [keys.wake_publish, history]
+            args: list[str | int | bytes] = [keys.wake_publish, history, results]
             args += (part for lease in leases[start : start + MAX_UNPACK] for part in lease)
             reply = await self._run("ack", ack_keys(keys), args)
             applied += (bool(_int(flag)) for flag in reply)
@@ -296,15 +301,16 @@ class TaskScripts:
         max_attempts: int,
         history: int = 0,
         times: str = ",",
+        results: int = 0,
     ) -> tuple[int, int]:
         """Run nack.lua. Returns (0 lease lost | 1 rescheduled | 2 dead, due or now ms).
         A dead-lettered task of a topic keeping ``history`` records is recorded with ``times``
-        (``"started,ended"`` ms)."""
+        (``"started,ended"`` ms); one keeping ``results`` ms gets its result stored."""
         reply = await self._run(
             "nack",
             (keys.prefix, keys.wheel, keys.reserved, keys.dead, keys.errors, keys.controls),
             (task_id, token, mode, delay_ms, error, max_attempts, keys.wake_publish, history,
-             times),
+             times, results),
         )  # fmt: skip
         return _int(reply[0]), _int(reply[1]) if len(reply) > 1 else 0
 

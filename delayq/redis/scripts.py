@@ -52,11 +52,29 @@ class Scripts(TaskScripts):
             on, so they go through ``client``): concurrent calls through it are pipelined.
     """
 
-    async def cancel(self, keys: TopicKeys, task_id: str, history: int = 0) -> bool:
-        """Run cancel.lua. Returns whether a delayed, ready or dead task was removed; a
-        topic this process registered with ``history`` records it (0: as its workers say)."""
-        args: tuple[str | int, ...] = (task_id, history) if history else (task_id,)
-        return bool(_int(await self._run("cancel", waiting_keys(keys), args)))
+    async def cancel(
+        self, keys: TopicKeys, task_id: str, history: int = 0, results: int = 0, *,
+        running: bool = False,
+    ) -> int:  # fmt: skip
+        """Run cancel.lua. Returns 1 when a delayed, ready or dead task was removed, 2 when
+        ``running`` and a reserved one was (its lease ended, its worker told: an abort), 0
+        when nothing was; a topic this process registered with ``history`` records it, and
+        with ``results`` (ms) stores its result (0: as its workers say)."""
+        args = (task_id, history, results, keys.wake_publish)
+        if running:
+            return _int(
+                await self._run("cancel", (*waiting_keys(keys), keys.reserved, keys.controls), args)
+            )
+        return _int(await self._run("cancel", waiting_keys(keys), args))
+
+    async def result(
+        self, keys: TopicKeys, task_id: str, kept: int = 1
+    ) -> tuple[int, bytes | None]:
+        """Run result.lua. Returns (0 no result | 1 not finished | 2 finished, its stored
+        result); ``kept`` -1: the topic is not registered here (its workers' setting says
+        whether it keeps results)."""
+        reply = await self._run("result", (keys.prefix, keys.dead), (task_id, min(kept, 1)))
+        return _int(reply[0]), reply[1] if len(reply) > 1 else None
 
     async def dead_bulk(
         self, keys: TopicKeys, mode: Literal["replay", "delete"], most: int, history: int = 0

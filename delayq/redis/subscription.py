@@ -44,7 +44,7 @@ HEARTBEAT = 1.0
 async def listen(
     redis: Redis,
     subscribe: Callable[[PubSub], Awaitable[None]],
-    deliver: Callable[[str], None],
+    deliver: Callable[[str, str], None],
     lost: Callable[[], None],
     subscribed: Callable[[], None],
     outage: Outage,
@@ -52,7 +52,7 @@ async def listen(
     confirmed: bool,
 ) -> None:
     """Run a subscription until cancelled: ``subscribe`` on a fresh connection, call
-    ``subscribed()``, ``deliver`` each message's channel, and call ``lost()`` when the
+    ``subscribed()``, ``deliver`` each message's channel and data, and call ``lost()`` when the
     connection fails or a heartbeat goes unanswered (then resubscribe, backing off up to
     1 s).  ``outage`` is told of each failure, and of Redis's first reply after one.
 
@@ -88,10 +88,10 @@ async def listen(
 async def _receive(
     pubsub: PubSub,
     heartbeat: Callable[[PubSub], Awaitable[None]],
-    deliver: Callable[[str], None],
+    deliver: Callable[[str, str], None],
     confirmed: Callable[[], None] | None,
 ) -> None:
-    """``deliver`` each message's channel and call ``confirmed()`` on the first confirmation,
+    """``deliver`` each message's channel and data, and call ``confirmed()`` on the first confirmation,
     until the connection fails or a ``heartbeat`` stays unanswered (redis-py's
     ``TimeoutError``)."""
     connection = pubsub.connection
@@ -114,7 +114,7 @@ async def _receive(
         sent_at = None  # anything heard, a confirmation included, shows the link alive
         kind = message["type"]
         if kind in ("message", "pmessage", "smessage"):
-            deliver(_text(message["channel"]))
+            deliver(_text(message["channel"]), _text(message["data"]))
         elif kind in ("subscribe", "psubscribe", "ssubscribe") and confirmed is not None:
             confirmed()
             confirmed = None  # later confirmations answer heartbeats
@@ -135,7 +135,7 @@ async def listen_sharded(
     cluster: RedisCluster,
     channels: Callable[[], list[str]],
     changed: asyncio.Event | None,
-    deliver: Callable[[str], None],
+    deliver: Callable[[str, str], None],
     lost: Callable[[], None],
     subscribed: Callable[[], None],
     outage: Outage,
@@ -182,7 +182,7 @@ async def _serve_shards(
     cluster: RedisCluster,
     channels: list[str],
     changed: asyncio.Event | None,
-    deliver: Callable[[str], None],
+    deliver: Callable[[str, str], None],
     subscribed: Callable[[], None],
 ) -> None:
     # node -> slot -> channels: one SSUBSCRIBE may only name channels of one slot.  The

@@ -16,6 +16,13 @@ to their concrete channels, one connection per master that owns any of them
 (:func:`listen_sharded`); a pattern cannot be sharded, so the hub subscribes to the
 channels of the topics actually polled, adding each one as a poll first asks for it.
 
+The same channel carries aborts (``Queue.cancel(..., running=True)``): cancel.lua publishes
+``abort:<token>:<id>`` when it ends a running task's lease.  Redis does not record which
+worker holds a lease, so every worker of the topic hears it and the one holding that lease
+(by id and fencing token) cancels the handler; the subscription is one every worker keeps
+anyway, and a lease costs no record of its holder.  An abort wakes no fetch loop, and a
+long poll ignores it (the abort's freed place, if one was waited for, is published apart).
+
 If the subscription drops, every waiter is woken so that it re-reads its schedule: a lost
 message can delay nothing.
 
@@ -33,12 +40,23 @@ from delayq.redis.cluster import is_cluster
 from delayq.redis.subscription import listen, listen_sharded
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from redis.asyncio import Redis
     from redis.asyncio.client import PubSub
 
 log = logging.getLogger("delayq.worker")
+
+ABORT = "abort:"
+"""How a wake channel's message that is an abort starts (cancel.lua)."""
+
+
+def parse_abort(data: str) -> tuple[str, str] | None:
+    """``(token, task id)`` of a wake channel's message that is an abort, else None."""
+    if not data.startswith(ABORT):
+        return None
+    token, _, task_id = data[len(ABORT) :].partition(":")
+    return token, task_id
 
 
 class Wakeup:
@@ -51,6 +69,8 @@ class Wakeup:
         self._events = {channel: asyncio.Event() for channel in channels}
         self._listeners: dict[str, list[asyncio.Event]] = {}
         self.subscribed = asyncio.Event()
+        self.on_abort: Callable[[str, str, str], None] | None = None
+        """Called with (channel, token, task id) for each abort heard (the worker's)."""
 
     def event(self, channel: str) -> asyncio.Event:
         """The event set whenever ``channel`` receives a wake-up."""
@@ -71,7 +91,13 @@ class Wakeup:
             for listener in listeners:
                 listener.set()
 
-    def _deliver(self, channel: str) -> None:
+    def _deliver(self, channel: str, data: str) -> None:
+        if data[:1] == "a":  # an abort: no wake-up's data (a due time) starts so
+            abort = parse_abort(data)
+            if abort is not None:
+                if self.on_abort is not None:
+                    self.on_abort(channel, *abort)
+                return
         event = self._events.get(channel)
         if event is not None:
             event.set()
@@ -160,15 +186,21 @@ class WakeupHub:
                     self._changed.set()
         return found
 
-    def _deliver(self, channel: str) -> None:
+    def _deliver(self, channel: str, data: str) -> None:
+        if data[:1] == "a":
+            return  # an abort, which only the worker holding the lease acts on
         found = self._signals.get(channel)
         if found is not None:
             found.fire()
 
-    def _lost(self) -> None:
-        self.subscribed.clear()
+    def _fire_all(self) -> None:
+        """Wake every waiter: a message may have been lost (or not yet subscribed to)."""
         for found in self._signals.values():
             found.fire()
+
+    def _lost(self) -> None:
+        self.subscribed.clear()
+        self._fire_all()
 
     async def run(self) -> None:
         """Listen until cancelled, resubscribing after connection failures."""
@@ -179,8 +211,7 @@ class WakeupHub:
         def subscribed() -> None:
             self.subscribed.set()
             # A task sent while we were (re)subscribing published to nobody: look again.
-            for found in self._signals.values():
-                found.fire()
+            self._fire_all()
 
         if self._cluster is not None:
             await listen_sharded(
@@ -190,3 +221,45 @@ class WakeupHub:
             return
         await listen(self._redis, subscribe, self._deliver, self._lost, subscribed, self._outage,
                      confirmed=True)  # fmt: skip
+
+
+class ResultHub(WakeupHub):
+    """Wakes whoever waits for a task's result (``queue.result(..., wait=S)``).
+
+    A script that stores results names the finished ids on the topic's ``results``
+    channel (``_results.lua``); the hub subscribes as :class:`WakeupHub` does (a pattern
+    on one Redis, the channels of the topics waited on with ``SSUBSCRIBE`` on a cluster)
+    and fires only the signal of each id named, so a finished task wakes its own waiters,
+    not every waiter of the topic.  A lost or renewed subscription wakes every waiter to
+    read its result again.
+    """
+
+    def __init__(self, redis: Redis, *patterns: str) -> None:
+        super().__init__(redis, *patterns)
+        self._waiting: dict[tuple[str, str], tuple[Signal, int]] = {}
+
+    def watch(self, channel: str, task_id: str) -> Signal:
+        """The signal fired when ``task_id``'s result is named on ``channel`` (or the
+        subscription was lost or renewed); pair with :meth:`unwatch`."""
+        self.signal(channel)  # on a cluster: subscribes to the channel
+        found, count = self._waiting.get((channel, task_id), (None, 0))
+        if found is None:
+            found = Signal()
+        self._waiting[channel, task_id] = (found, count + 1)
+        return found
+
+    def unwatch(self, channel: str, task_id: str) -> None:
+        """One waiter of ``task_id`` is gone."""
+        found, count = self._waiting.pop((channel, task_id))
+        if count > 1:
+            self._waiting[channel, task_id] = (found, count - 1)
+
+    def _deliver(self, channel: str, data: str) -> None:
+        for task_id in data.split("\n"):
+            entry = self._waiting.get((channel, task_id))
+            if entry is not None:
+                entry[0].fire()
+
+    def _fire_all(self) -> None:
+        for found, _ in self._waiting.values():
+            found.fire()

@@ -29,6 +29,7 @@ from delayq.web.errors import (
 )
 from delayq.web.longpoll import until_set
 from delayq.web.models import (
+    AckRequest,
     ActivityPage,
     ActivityPoint,
     DeadPage,
@@ -60,6 +61,7 @@ QUERY = {
     "upcoming": ("limit", "cursor"),
     "timeline": ("window", "windows"),
     "history": ("limit", "before", "outcome"),
+    "cancel": ("running",),
 }
 """The query parameters each endpoint takes (any other is refused)."""
 SEND_FIELDS = ("topic", "task_id", "delay", "at", "ttr", "max_attempts", "body")
@@ -244,11 +246,11 @@ class Api:
             raise not_found("no such task (unknown, finished or cancelled)")
         return FinishedTask(id=task_id, topic=topic, history=record)
 
-    async def cancel(self, topic: str, task_id: str) -> Response:
-        """Cancel a delayed, ready or dead task.  409 while it runs."""
+    async def cancel(self, topic: str, task_id: str, running: bool = False) -> Response:
+        """Cancel a delayed, ready or dead task; 409 while it runs, unless `running=true`."""
         topic, task_id = name(topic), name(task_id)
         with naming("topic", "task_id"):
-            if not await self.queue.cancel(topic, task_id):
+            if not await self.queue.cancel(topic, task_id, running=running):
                 await _explain(self.queue, topic, task_id, "cancelled")
         return Response(status_code=204)
 
@@ -352,10 +354,11 @@ class Api:
                 return ReserveResult(tasks=await lease)
             return ReserveResult(tasks=await until_set(lease, self.stopping))
 
-    async def ack(self, token: str) -> None:
-        """The task is done: delete it.  409 when the lease is no longer held."""
+    async def ack(self, token: str, request: Annotated[AckRequest | None, Body()] = None) -> None:
+        """The task is done: delete it (its topic keeping results: with `result`).  409
+        when the lease is no longer held."""
         with naming("token"):
-            await self.queue.consumer.ack(token)
+            await self.queue.consumer.ack(token, request.result if request else None)
 
     async def nack(
         self, token: str, request: Annotated[NackRequest | None, Body()] = None

@@ -23,7 +23,13 @@ from starlette.routing import Route
 from delayq.web.api import HOT_PATHS
 from delayq.web.auth import authorize
 from delayq.web.errors import ApiProblem, invalid, invalid_request, response_for
-from delayq.web.models import ExtendRequest, NackRequest, ReserveRequest, SendRequest
+from delayq.web.models import (
+    AckRequest,
+    ExtendRequest,
+    NackRequest,
+    ReserveRequest,
+    SendRequest,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -54,7 +60,7 @@ def routes(api: Api) -> list[Route]:
     specs = {
         "send": Spec("produce", SendRequest, True, 201, api.send),
         "reserve": Spec("consume", ReserveRequest, False, 200, api.reserve),
-        "ack": Spec("consume", None, False, 204, api.ack),
+        "ack": Spec("consume", AckRequest, False, 204, api.ack),
         "nack": Spec("consume", NackRequest, False, 200, api.nack),
         "extend": Spec("consume", ExtendRequest, True, 200, api.extend),
     }

@@ -6,8 +6,9 @@ status  when
 ======  ===========================================================================
 401     no token, or an unknown one (with ``WWW-Authenticate: Bearer``)
 403     the token lacks the endpoint's scope (or no token may write at all)
-404     no such task, dead letter or route; ``unknown_topic``: a send to a topic the
-        server has no handler for, when it refuses those (``strict_topics``)
+404     no such task, dead letter, result or route; ``unknown_topic``: a send to a topic
+        the server has no handler for, when it refuses those (``strict_topics``)
+408     ``not_ready``: a result's ``wait`` ran out before the task finished
 409     the task is not in a state that allows it (running; a lease no longer held)
 413     the request body is larger than the queue accepts
 422     bad input: ``field`` names it; nothing was written
@@ -54,7 +55,8 @@ class ApiError(BaseModel):
 
     error: str
     """A short code: ``unauthorized``, ``forbidden``, ``not_found``, ``unknown_topic``,
-    ``conflict``, ``too_large``, ``invalid_input``, ``unavailable`` or ``internal``."""
+    ``conflict``, ``not_ready``, ``too_large``, ``invalid_input``, ``unavailable`` or
+    ``internal``."""
     message: str
     field: str | None = None
     """For ``invalid_input``: the request field at fault (``delay``, ``topic``, ``body.x``...)."""

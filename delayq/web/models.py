@@ -158,6 +158,12 @@ class NackRequest(Request):
     )
 
 
+class AckRequest(Request):
+    result: JsonValue = Field(
+        None, description="The task's return value, kept when its topic keeps results."
+    )
+
+
 class ExtendRequest(Request):
     seconds: PositiveSeconds = Field(description="The lease ends this long from now.")
 

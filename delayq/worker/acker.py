@@ -135,12 +135,15 @@ class Acker:
         """Apply a batch; returns the ``id()`` of each delivery whose ack was refused."""
 
         async def one(keys: TopicKeys, deliveries: list[Delivery]) -> list[int]:
-            cap = deliveries[0].topic.options.history  # one topic per keys
-            leases = [
+            options = deliveries[0].topic.options  # one topic per keys
+            cap, results = options.history, options.results_ms
+            leases: list[tuple[str | bytes, ...]] = [
                 (d.task_id, d.envelope.token, d.times()) if cap else (d.task_id, d.envelope.token)
                 for d in deliveries
             ]
-            applied = await self._scripts.ack(keys, leases, history=cap)
+            if results:
+                leases = [(*lease, d.result) for lease, d in zip(leases, deliveries, strict=True)]
+            applied = await self._scripts.ack(keys, leases, history=cap, results=results)
             return [id(d) for d, ok in zip(deliveries, applied, strict=True) if not ok]
 
         results = await asyncio.gather(*(one(k, v) for k, v in batch.items()))

@@ -28,20 +28,22 @@ if TYPE_CHECKING:
     from delayq.task import Task
     from delayq.topic import Topic
 
-Call: TypeAlias = Callable[[Any, "Task[Any]"], Awaitable[None]]
-"""Runs one delivery: ``await call(body, task)``."""
+Call: TypeAlias = Callable[[Any, "Task[Any]"], Awaitable[Any]]
+"""Runs one delivery: ``await call(body, task)`` (the innermost returns the handler's value)."""
+Keep: TypeAlias = Callable[["Task[Any]", Any], None]
+"""Told what a handler returned, for a topic with ``results=`` (the worker's executor)."""
 
 
 def handler_call(topic: Topic[Any], limiter: CapacityLimiter) -> Call:
     """The innermost call: the handler, given the body and (if it takes one) the task."""
     handler = topic.handler
     if not topic.is_async:
-        return _in_thread(handler, topic.takes_task, limiter)  # type: ignore[arg-type]
+        return _in_thread(handler, topic.takes_task, limiter)
     if topic.takes_task:
-        return handler  # type: ignore[return-value]  # an async def (topic.is_async)
+        return handler  # an async def (topic.is_async)
 
-    def body_only(body: Any, task: Task[Any]) -> Awaitable[None]:
-        return handler(body)  # type: ignore[return-value]
+    def body_only(body: Any, task: Task[Any]) -> Awaitable[Any]:
+        return handler(body)
 
     return body_only
 
@@ -60,12 +62,13 @@ class HandlerThreads:
         """Handlers still running in a thread."""
         return self._running
 
-    def run(self, handler: Callable[..., None], *args: Any) -> None:
-        """Run ``handler(*args)`` in the calling thread, counted while it runs."""
+    def run(self, handler: Callable[..., Any], *args: Any) -> Any:
+        """Run ``handler(*args)`` in the calling thread, counted while it runs; returns
+        what it returned."""
         with self._lock:
             self._running += 1
         try:
-            handler(*args)
+            return handler(*args)
         finally:
             with self._lock:
                 self._running -= 1
@@ -75,12 +78,12 @@ HANDLER_THREADS = HandlerThreads()
 """The process's count (threads outlive the worker that started them)."""
 
 
-def _in_thread(handler: Callable[..., None], takes_task: bool, limiter: CapacityLimiter) -> Call:
-    async def call(body: Any, task: Task[Any]) -> None:
+def _in_thread(handler: Callable[..., Any], takes_task: bool, limiter: CapacityLimiter) -> Call:
+    async def call(body: Any, task: Task[Any]) -> Any:
         args = (body, task) if takes_task else (body,)
         # abandon_on_cancel: a TTR or a stop cancels the await at once; the thread runs on
         # and its result is dropped.
-        await anyio.to_thread.run_sync(
+        return await anyio.to_thread.run_sync(
             HANDLER_THREADS.run, handler, *args, limiter=limiter, abandon_on_cancel=True
         )
 
@@ -88,12 +91,23 @@ def _in_thread(handler: Callable[..., None], takes_task: bool, limiter: Capacity
 
 
 def build_chain(
-    topic: Topic[Any], middlewares: Sequence[Middleware], limiter: CapacityLimiter
-) -> Call:
-    """The call a worker runs for each of ``topic``'s deliveries."""
+    topic: Topic[Any], middlewares: Sequence[Middleware], limiter: CapacityLimiter,
+    keep: Keep | None = None,
+) -> Call:  # fmt: skip
+    """The call a worker runs for each of ``topic``'s deliveries; for a topic with
+    ``results=``, the handler's return value goes to ``keep`` (others pay nothing)."""
     call = handler_call(topic, limiter)
+    if keep is not None and topic.options.results_ms:
+        call = _keeping(call, keep)
     for middleware in reversed(middlewares):
         call = _wrapped(middleware, call)
+    return call
+
+
+def _keeping(inner: Call, keep: Keep) -> Call:
+    async def call(body: Any, task: Task[Any]) -> None:
+        keep(task, await inner(body, task))
+
     return call
 
 

@@ -9,6 +9,10 @@ return, as if it had finished.  So the outcome is not read from how the chain en
 * the deadline fired (``Deadlines.done`` says whether it was the cause): the attempt failed
   with ``TTRExceeded``, whether the chain raised, returned or turned the cancel into
   another exception;
+* the task was aborted (``Queue.cancel(..., running=True)``, heard on the wake channel:
+  :meth:`Deadlines.abort`): cancel.lua already ended the lease and recorded the task as
+  cancelled, so the attempt ends with neither an ack nor a nack, whatever the chain did
+  (a chain that swallowed the cancel and returned would only have its ack refused);
 * the worker is stopping (the consumer was cancelled from outside): the delivery is not
   acked, whatever the chain did, and the cancel goes on up; the worker then hands the
   lease back.
@@ -33,9 +37,10 @@ from delayq.errors import (
     RedisUnavailableError,
     Retry,
 )
+from delayq.results import encode_result
 from delayq.task import Task, from_millis
 from delayq.worker.acker import Acker
-from delayq.worker.lease import local_deadline
+from delayq.worker.lease import aborted, local_deadline
 from delayq.worker.report import Reporter, nack_event
 
 if TYPE_CHECKING:
@@ -49,6 +54,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("delayq.worker")
 
 MAX_ERROR_CHARS = 2000
+
+
+class _Aborted(Exception):
+    """The delivery's task was aborted while its chain ran (see the module's docstring)."""
 
 
 class Executor:
@@ -89,10 +98,16 @@ class Executor:
         self.acker = Acker(scripts, self._acked, limit=ack_limit, outage=outage)
         self.state: Any = None
         """What the queue's lifespan yielded (every Task's ``state``)."""
+        self.channels: Mapping[str, str] = {}
+        """The topic of each wake channel the worker listens on (for aborts), by channel."""
 
     async def execute(self, d: Delivery, me: asyncio.Task[Any]) -> None:
         """Run ``d`` in ``me`` (the current task) and record its outcome."""
         topic, envelope = d.topic, d.envelope
+        if d.aborted:  # while it waited in the buffer
+            self._deadlines.done(d)
+            self._abandon(d)
+            return
         if d.expired:
             # Leased, then left in the buffer past its deadline (a handler blocked the
             # loop): another worker may run it soon, so this one must not start.
@@ -126,6 +141,8 @@ class Executor:
             await self._run(d, body, task, me)
         except Retry as retry:
             await self._retry(d, retry)
+        except _Aborted:
+            self._abandon(d)
         except asyncio.CancelledError as exc:
             if cancelled_from_outside():
                 raise
@@ -155,6 +172,7 @@ class Executor:
 
         Raises:
             TimeoutError: ``d``'s deadline cancelled the chain, whatever the chain then did.
+            _Aborted: ``d``'s task was aborted, whatever the chain then did.
             asyncio.CancelledError: the worker is stopping, also when the chain returned.
         """
         self._deadlines.watch(d, me)
@@ -162,21 +180,48 @@ class Executor:
             await self.chains[d.topic.name](body, task)
         except BaseException as exc:
             if self._deadlines.done(d):
-                raise TimeoutError from exc
+                raise (_Aborted() if d.aborted else TimeoutError()) from exc
             raise
         finally:
             d.ran = self.now() - d.started
         if self._deadlines.done(d):
-            raise TimeoutError  # the chain swallowed the deadline's cancel: it did not finish
+            # The chain swallowed the deadline's or the abort's cancel: it did not finish.
+            raise _Aborted if d.aborted else TimeoutError
         if cancelled_from_outside():
             raise asyncio.CancelledError  # it swallowed the worker's stop: not done either
 
+    def abort(self, channel: str, token: str, task_id: str) -> None:
+        """cancel.lua aborted a leased task (heard on ``channel``): cancel its handler if
+        this worker holds that lease (same id and fencing token)."""
+        d = self._held.get((self.channels.get(channel, ""), task_id))
+        if d is not None and d.envelope.token == token:
+            log.info("%s/%s aborted: cancelling its handler", d.topic.name, task_id)
+            self._deadlines.abort(d)
+
+    def keep(self, task: Task[Any], value: object) -> None:
+        """Carry what ``task``'s handler returned to its ack (topics with ``results=``),
+        encoded now: a value that cannot be stored is logged, and the task still acked."""
+        d = self._held.get((task.topic, task.id))
+        if d is not None:
+            d.result = encode_result(task.topic, task.id, value, self._max_body_bytes)
+
     def _acked(self, d: Delivery, acked: bool) -> None:
         self._held.pop((d.topic.name, d.task_id), None)
-        if not acked:
+        if not acked and d.aborted:
+            log.info("ack of %s/%s refused: the task was aborted", d.topic.name, d.task_id)
+        elif not acked:
             log.warning("ack of %s/%s refused: its lease was lost", d.topic.name, d.task_id)
         if self._reporter.listening:
             self._reporter.tell("acked" if acked else "lease_lost", d)
+
+    def _abandon(self, d: Delivery) -> None:
+        """End an aborted delivery: cancel.lua already ended its lease and recorded it, so
+        nothing is sent to Redis; listeners hear ``lease_lost`` (its outcome is not ours)."""
+        self._held.pop((d.topic.name, d.task_id), None)
+        log.info("%s/%s was aborted: attempt %d ended without an outcome",
+                 d.topic.name, d.task_id, d.envelope.attempts)  # fmt: skip
+        if self._reporter.listening:
+            self._reporter.tell("lease_lost", d, aborted(d))
 
     @staticmethod
     def _backoff_ms(d: Delivery) -> int:
@@ -204,6 +249,7 @@ class Executor:
                 d.keys, d.task_id, d.envelope.token, mode=mode, delay_ms=delay_ms,
                 error=error, max_attempts=d.topic.options.max_attempts,
                 history=d.topic.options.history, times=d.times(),
+                results=d.topic.options.results_ms,
             )  # fmt: skip
         except DelayqError as exc:
             # The lease stays in Redis and expires: the task is redelivered, not lost.
@@ -218,7 +264,10 @@ class Executor:
             # Usually an ack that landed while we were stopping: nothing to hand back.
             log.debug("nothing to release for %s/%s", d.topic.name, d.task_id)
         elif outcome == 0:
-            log.warning("%s of %s/%s refused: its lease was lost", mode, d.topic.name, d.task_id)
+            why = "the task was aborted" if d.aborted else "its lease was lost"
+            (log.info if d.aborted else log.warning)(
+                "%s of %s/%s refused: %s", mode, d.topic.name, d.task_id, why
+            )
         elif outcome == 2:
             log.warning("dead-lettered %s/%s: %s", d.topic.name, d.task_id, error)
         if self._reporter.listening and (outcome or mode != "release"):

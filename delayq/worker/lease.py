@@ -29,6 +29,11 @@ def ttr_exceeded(d: Delivery) -> str:
     return f"TTR exceeded: {d.topic.name}/{d.task_id} ran past its TTR of {d.ttr:g}s"
 
 
+def aborted(d: Delivery) -> str:
+    """Why ``d``'s handler was cancelled by an abort (the cancel's message)."""
+    return f"Aborted: {d.topic.name}/{d.task_id} was cancelled while running"
+
+
 @dataclass(slots=True, eq=False)
 class Delivery:
     """A leased task held by this worker."""
@@ -42,11 +47,14 @@ class Delivery:
     leased_at: float = 0.0  # ...and the loop time its reply arrived: Redis time since = delta
     started: float = 0.0  # loop time the handler started (0: never)
     ran: float | None = None  # the handler's run time in seconds, once it returned or raised
+    result: bytes = b""  # what its ack stores as the result (results= topics; acker.py)
 
     # Kept by Deadlines:
     expired: bool = False  # the deadline passed before the delivery was done
+    aborted: bool = False  # cancelled while leased (Queue.cancel(running=True)): never ends
     runner: asyncio.Task[Any] | None = field(default=None)  # the task running its handler
     cancels_before: int = 0  # runner.cancelling() when the handler started
+    cancels: int = 0  # cancels of the runner sent by its deadline and an abort
 
     @property
     def ttr(self) -> float:
@@ -93,13 +101,28 @@ class Deadlines:
     def done(self, d: Delivery) -> bool:
         """``d`` is done (its handler returned or raised, or it will not run); idempotent.
 
-        Returns True when its deadline cancelled the handler and nothing else cancelled
-        the task since :meth:`watch`: the handler's ``CancelledError`` is then a timeout."""
+        Returns True when its deadline or an abort (:meth:`abort`) cancelled the handler
+        and nothing else cancelled the task since :meth:`watch`: the handler's
+        ``CancelledError`` is then a timeout, or the abort."""
         runner, d.runner = d.runner, None
         if not d.expired:
             self._remove(d)
+        if not d.cancels or runner is None:
             return False
-        return runner is not None and runner.uncancel() <= d.cancels_before
+        left = d.cancels_before
+        for _ in range(d.cancels):
+            left = runner.uncancel()
+        d.cancels = 0
+        return left <= d.cancels_before
+
+    def abort(self, d: Delivery) -> None:
+        """``d``'s task was cancelled while leased: cancel its handler if it runs (once),
+        and mark it so that it never starts or ends as an attempt."""
+        if d.aborted:
+            return
+        d.aborted = True
+        if d.runner is not None and d.runner.cancel(msg=aborted(d)):
+            d.cancels += 1
 
     def extend(self, d: Delivery, deadline: float) -> None:
         """Move the deadline of ``d``, whose handler is running, later (its lease was
@@ -128,10 +151,10 @@ class Deadlines:
         _, pending = self._timers.pop(deadline)
         for d in pending:
             d.expired = True
-            if d.runner is not None:
-                # The message tells middleware that sees the CancelledError why: a stop's
-                # cancel carries none.
-                d.runner.cancel(msg=ttr_exceeded(d))
+            # The message tells middleware that sees the CancelledError why: a stop's
+            # cancel carries none.
+            if d.runner is not None and d.runner.cancel(msg=ttr_exceeded(d)):
+                d.cancels += 1
 
 
 class Slots:

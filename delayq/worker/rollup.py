@@ -66,15 +66,16 @@ async def prepare(queue: TaskSource, topics: Sequence[Topic[Any]]) -> Rollup | N
 
 async def record_settings(redis: Redis, options: Mapping[TopicKeys, TopicOptions]) -> None:
     """Store each topic's settings where any process finds them, in ``<prefix>meta``:
-    ``history`` (absent: none) for scripts (a cancel from the CLI), and ``ttr_ms`` and
+    ``history`` and ``results`` (ms; absent: none) for scripts (a cancel from the CLI), and ``ttr_ms`` and
     ``max_attempts`` for lookups from a process that did not register the topic."""
     async with redis_errors(), redis.pipeline(transaction=False) as pipe:
         for keys, o in options.items():
             pipe.hset(keys.meta, mapping={"ttr_ms": o.ttr_ms, "max_attempts": o.max_attempts})
-            if o.history:
-                pipe.hset(keys.meta, "history", o.history)
-            else:
-                pipe.hdel(keys.meta, "history")
+            for name, value in (("history", o.history), ("results", o.results_ms)):
+                if value:
+                    pipe.hset(keys.meta, name, value)
+                else:
+                    pipe.hdel(keys.meta, name)
         await pipe.execute()
 
 

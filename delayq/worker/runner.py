@@ -132,6 +132,8 @@ class Worker:
             max_body_bytes=queue.max_body_bytes, ack_limit=concurrency,
             reporter=Reporter(queue.hooks, on_outcome), outage=self._outage,
         )  # fmt: skip
+        self._executor.channels = {keys.wake: t.name for t, keys in self._shards}
+        self._wakeup.on_abort = self._executor.abort
 
     def stop(self) -> None:
         """Stop reserving and shut down gracefully (idempotent).  A second call skips the grace."""
@@ -222,7 +224,8 @@ class Worker:
         # limiter needs the running event loop).
         limiter = anyio.CapacityLimiter(self.threads)
         self._executor.chains = {
-            t.name: build_chain(t, self.queue.middlewares, limiter) for t in self.topics
+            t.name: build_chain(t, self.queue.middlewares, limiter, self._executor.keep)
+            for t in self.topics
         }
         loop = asyncio.get_running_loop()
         self._executor.now = loop.time
@@ -279,7 +282,7 @@ class Worker:
                 found = await self.queue.scripts.reserve_reporting(
                     keys, limit=wanted, reclaim=MAX_RECLAIM,
                     ttr_ms=topic.options.ttr_ms, max_attempts=topic.options.max_attempts,
-                    history=topic.options.history,
+                    history=topic.options.history, results=topic.options.results_ms,
                 )  # fmt: skip
             except DelayqError as exc:
                 self._slots.give(wanted)

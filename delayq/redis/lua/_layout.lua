@@ -573,3 +573,9 @@ end
 local function prio_keys(prefix)
   return { index = prefix .. 'prio', ready = prefix .. 'prio:ready', mark = prefix .. 'prio:mark' }
 end
+
+-- A finished task's result, kept for a while when its topic keeps results (_results.lua):
+-- a STRING of its own, so that it expires on its own.
+local function result_key(prefix, id)
+  return prefix .. 'result:' .. id
+end

@@ -4,8 +4,12 @@
 -- KEYS[3] errors (HASH)   KEYS[4] controls (HASH, see _controls.lua)
 -- ARGV[1] wake channel   ARGV[2] history: records the topic keeps (0: none; -1: the setting
 -- its workers recorded in <prefix>meta, for a consumer that did not register it; _history.lua)
--- ARGV[3..]: id1, token1, id2, token2, ... or, when ARGV[2] > 0, id1, token1, times1, ...
---   where times is "<handler started ms>,<handler ended ms>" on Redis's clock
+-- ARGV[3] results: ms the topic keeps each task's result (0: none; -1: the setting its
+-- workers recorded in <prefix>meta; _results.lua)
+-- ARGV[4..]: id1, token1, id2, token2, ... with, when ARGV[2] ~= 0, times after each token,
+--   where times is "<handler started ms>,<handler ended ms>" on Redis's clock, and then,
+--   when ARGV[3] ~= 0, the result: '' (none), 'v' .. the return value's JSON, or 'e' .. why
+--   it was not stored
 -- Returns: {r1, r2, ...} with 1 for an acked task, 0 where the lease was lost to another worker.
 -- Wakes the topic's workers when one waits for a place under max_running (_controls.lua).
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
@@ -13,11 +17,15 @@
 --@include _envelope
 --@include _layout
 --@include _history
+--@include _results
 local prefix, reserved, errors, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local channel, cap = ARGV[1], tonumber(ARGV[2])
-local step = cap ~= 0 and 3 or 2
+local channel, cap, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local step = 2 + (cap ~= 0 and 1 or 0) + (ttl ~= 0 and 1 or 0)
 if cap < 0 then
   cap = tonumber(redis.call('HGET', meta_key(prefix), 'history')) or 0
+end
+if ttl ~= 0 then
+  ttl = results_ttl(prefix, ttl)
 end
 local bad = check_types(history_kinds(prefix, cap, { [reserved] = 'zset', [errors] = 'hash' }))
   or load_buckets(prefix)
@@ -28,7 +36,7 @@ end
 -- (and in place of a TYPE check: one call a batch, on an absent key for most topics).
 local waiting = redis.call('HDEL', controls, 'full') == 1
 local ids, headers, bodies = {}, {}, {}
-for i = 3, #ARGV, step do
+for i = 4, #ARGV, step do
   ids[#ids + 1] = ARGV[i]
   if cap > 0 then
     headers[#ids], bodies[#ids] = read_task(prefix, ARGV[i])
@@ -43,13 +51,19 @@ end
 local done, out, records = {}, {}, {}
 for n, id in ipairs(ids) do
   local raw = headers[n]
-  local at = 3 + (n - 1) * step
+  local at = 4 + (n - 1) * step
   if raw and header_token(raw) == ARGV[at + 1] and redis.call('ZREM', reserved, id) == 1 then
     done[#done + 1] = id
     out[n] = 1
     if cap > 0 then
       records[#records + 1] = id
       records[#records + 1] = history_record('acked', raw, ARGV[at + 2], '', bodies[n])
+    end
+    if ttl > 0 then
+      local result = ARGV[at + step - 1]
+      local kind, text = string.sub(result, 1, 1), string.sub(result, 2)
+      write_result(prefix, ttl, id, 'acked', string.match(raw, '^%d+'),
+        kind == 'e' and text or '', kind == 'v' and text or '')
     end
   else
     out[n] = 0
@@ -61,6 +75,9 @@ if #done > 0 then
   end
   redis.call('HDEL', errors, unpack(done))
   history_add(prefix, cap, records)
+  if ttl > 0 then
+    results_notify(results_channel(prefix, channel), done)
+  end
 end
 if waiting then
   publish(channel, 0)  -- a worker waits for a place under max_running

@@ -11,6 +11,8 @@
 -- ARGV[7] wake channel   ARGV[8] history: records the topic keeps (0: none; -1: the setting
 -- its workers recorded in <prefix>meta; _history.lua)
 -- ARGV[9] "<handler started ms>,<handler ended ms>" (',' when it did not run), for history
+-- ARGV[10] results: ms the topic keeps a dead-lettered task's result (0 or absent: none;
+-- -1: the setting its workers recorded in <prefix>meta; _results.lua)
 -- Returns: {0} lease lost | {1, due_ms} rescheduled | {2, now_ms} dead-lettered
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
@@ -19,12 +21,13 @@
 --@include _controls
 --@include _priority
 --@include _history
+--@include _results
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local controls = KEYS[6]
 local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local id, token, mode = ARGV[1], ARGV[2], ARGV[3]
 local delay, err, default_max, channel = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local cap, times = tonumber(ARGV[8]) or 0, ARGV[9] or ','
+local cap, times, ttl = tonumber(ARGV[8]) or 0, ARGV[9] or ',', tonumber(ARGV[10]) or 0
 if cap < 0 then
   cap = tonumber(redis.call('HGET', meta_key(prefix), 'history')) or 0
 end
@@ -52,6 +55,10 @@ if mode == 'dead' or (mode == 'retry' and e.attempts >= limit) then
   if cap > 0 then
     local _, body = read_task(prefix, id)
     history_add(prefix, cap, { id, history_record('dead', raw, times, err, body) })
+  end
+  if ttl ~= 0 then
+    store_result(prefix, results_ttl(prefix, ttl), results_channel(prefix, channel), id, 'dead',
+      e.attempts, err, '')
   end
   place_freed(controls, channel)
   return { 2, now }

@@ -10,6 +10,9 @@
 -- ARGV[3] topic default ttr ms  ARGV[4] topic default max attempts
 -- ARGV[5] history: records the topic keeps (0: none; -1: the setting its workers recorded in
 --   <prefix>meta; see _history.lua), for the expired leases it dead-letters
+-- ARGV[6] results: ms the topic keeps each task's result (0 or absent: none; -1: the setting
+--   its workers recorded in <prefix>meta; _results.lua), for the expired leases it
+--   dead-letters   ARGV[7] the topic's wake channel (tells whether to notify sharded)
 -- Returns: {now_us, next_ms, skipped, id1, envelope1, id2, envelope2, ...}
 --   now_us: Redis time in microseconds, so the caller's sleep until next_ms is not up to
 --   1 ms too long; next_ms: earliest due time or lease deadline still pending (-1 if none);
@@ -35,6 +38,7 @@
 --@include _controls
 --@include _priority
 --@include _history
+--@include _results
 local prefix, wheel, reserved, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local controls, starts = KEYS[7], KEYS[8]
 local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
@@ -68,6 +72,7 @@ bad = check_types(history_kinds(prefix, cap, {}))
 if bad then
   return bad
 end
+local ttl = tonumber(ARGV[6]) or 0
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + clock_offset
 bad = check_slots(prefix, wheel, now, now)
@@ -147,6 +152,11 @@ for i, id in ipairs(expired) do
           local _, body = read_task(prefix, id)
           buried[#buried + 1] = id
           buried[#buried + 1] = history_record('dead', raw, ',', reason, body)
+        end
+        if ttl ~= 0 then
+          ttl = results_ttl(prefix, ttl)
+          store_result(prefix, ttl, results_channel(prefix, ARGV[7]), id, 'dead', e.attempts,
+            reason, '')
         end
       else
         e.due = now

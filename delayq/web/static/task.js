@@ -1,4 +1,4 @@
-// A task's page: its state, times, headers and body; replay, reschedule, run now, cancel.
+// A task's page: its state, times, headers and body; replay, reschedule, run now, cancel, abort.
 // A task that finished is shown from its topic's history, an unknown one as not found.
 import { act, api, can, el, enc, fill, seconds, topicHref, when } from "./core.js";
 
@@ -72,7 +72,10 @@ export function taskPage(main, topic, id) {
         onclick: (e) => act(e.target, () => api("POST", `${path}/reschedule`, { delay: 0 }), "Due now: the next free worker runs it.") }) : null,
       task.state !== "reserved" && can("produce") ? el("button", { id: "cancel", class: "danger", text: "Cancel",
         onclick: (e) => act(e.target, () => api("DELETE", path), "Cancelled.",
-          `Cancel task ${id} of ${topic}? It is deleted for good.`) }) : null);
+          `Cancel task ${id} of ${topic}? It is deleted for good.`) }) : null,
+      task.state === "reserved" && can("produce") ? el("button", { id: "abort", class: "danger", text: "Abort",
+        onclick: (e) => act(e.target, () => api("DELETE", `${path}?running=true`), "Aborted: its worker cancels the handler.",
+          `Abort task ${id} of ${topic}? Its running handler is cancelled and the task is deleted for good; it never runs again.`) }) : null);
   };
 }
 
