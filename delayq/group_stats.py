@@ -49,7 +49,9 @@ class GroupStats(BaseModel):
     window to move on."""
 
 
-async def groups(scripts: Scripts, shard_map: ShardMap, topic: str, *, limit: int) -> list[GroupStats]:
+async def groups(
+    scripts: Scripts, shard_map: ShardMap, topic: str, *, limit: int
+) -> list[GroupStats]:
     """The ``limit`` groups of ``topic`` with the most ready tasks (see ``Queue.groups``);
     of a sharded topic, each group's counts summed over the shards, then ranked."""
     shards = await shard_map.every(topic)

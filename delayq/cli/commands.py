@@ -13,6 +13,8 @@ import delayq
 from delayq.cli.app import DEFAULT_NAME, queue_named
 from delayq.cli.fleet import periodic as _periodic
 from delayq.cli.fleet import workers as _workers
+from delayq.cli.groups import groups as _groups
+from delayq.cli.groups import groups_options
 from delayq.errors import AppImportError
 from delayq.queue import Queue
 from delayq.strict import strict_send_hook
@@ -308,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     dead.add_argument("topic")
     dead.add_argument("--replay", metavar="ID")
     dead.add_argument("--limit", type=int, default=100)
+    groups_options(command("groups", _groups, "count a grouped topic's tasks by group", False))
     web = command("web", _web, "serve the HTTP API and dashboard", app_required=False)
     _web_options(web)
     _metrics_arguments(web)
