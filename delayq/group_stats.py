@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 MAX_GROUPS = 1000
 """Most groups one :func:`groups` call returns."""
-MAX_GROUPS_VISITED = 10_000
+MAX_GROUPS_VISITED = 2_000
 """Most groups one shard's script visits a call (ready to lease first, then at their cap,
 then waiting, soonest first, then only running); the groups past it are not counted."""
 
@@ -52,33 +52,42 @@ class GroupStats(BaseModel):
 async def groups(
     scripts: Scripts, shard_map: ShardMap, topic: str, *, limit: int
 ) -> list[GroupStats]:
-    """The ``limit`` groups of ``topic`` with the most ready tasks (see ``Queue.groups``);
-    of a sharded topic, each group's counts summed over the shards, then ranked."""
+    """The ``limit`` groups of ``topic`` with the most ready tasks (see ``Queue.groups``).
+
+    A group's tasks spread over a sharded topic's shards (a task's shard follows its id), so
+    a shard's top groups are not the topic's: each shard first returns every group it
+    visits with its ready count, the sums rank them, then each shard counts the top ones.
+    """
     shards = await shard_map.every(topic)
     bounded_int(limit, "limit", 1, MAX_GROUPS)
+    visit = MAX_GROUPS_VISITED
     if len(shards) == 1:
-        complete, rows = await scripts.groups(shards[0], limit=limit, visit=MAX_GROUPS_VISITED)
+        complete, rows = await scripts.groups(shards[0], limit=limit, visit=visit)
     else:
-        # A group's tasks spread over the shards (a task's shard follows its id), so a shard's
-        # top groups are not the topic's: every shard returns every group it visited.
-        replies = await asyncio.gather(
-            *(scripts.groups(keys, limit=0, visit=MAX_GROUPS_VISITED) for keys in shards)
-        )
-        complete = all(reply[0] for reply in replies)
-        merged: dict[str, tuple[int, int, int, bool]] = {}
-        for _, part in replies:
+        ranks = await asyncio.gather(*(scripts.group_readiness(k, visit=visit) for k in shards))
+        complete = all(done for done, _ in ranks)
+        totals: dict[str, int] = {}
+        for _, counted in ranks:
+            for name, count in counted.items():
+                totals[name] = totals.get(name, 0) + count
+        top = sorted(totals, key=lambda name: (-totals[name], name))[:limit]
+        parts = await asyncio.gather(
+            *(scripts.groups(k, limit=limit, visit=visit, names=top) for k in shards)
+        ) if top else []  # fmt: skip
+        merged = {name: (0, 0, 0, False) for name in top}
+        for _, part in parts:
             for name, ready, delayed, running, limited in part:
-                r, d, n, lim = merged.get(name, (0, 0, 0, False))
+                r, d, n, lim = merged[name]
                 merged[name] = (r + ready, d + delayed, n + running, lim or limited)
         rows = [(name, *counts) for name, counts in merged.items()]
     if not complete:
         _log.warning(
             "topic %r has more than %d groups on a shard: Queue.groups counted the first %d "
             "visited (ready to lease first, then at their cap, then waiting, then running)",
-            shards[0].topic, MAX_GROUPS_VISITED, MAX_GROUPS_VISITED,
+            shards[0].topic, visit, visit,
         )  # fmt: skip
     rows.sort(key=lambda row: (-row[1], row[0]))
     return [
         GroupStats(group=name, ready=ready, delayed=delayed, running=running, limited=limited)
-        for name, ready, delayed, running, limited in rows[:limit]
+        for name, ready, delayed, running, limited in rows
     ]

@@ -83,7 +83,7 @@ class QueueReads:
         """The ``limit`` (1..1000) groups of a grouped ``topic`` with the most ready tasks, each
         with its delayed and running tasks and whether its cap or rate limit holds it back
         now ([] for a topic without groups); of a sharded topic, counts summed over shards.
-        Costs Redis O(groups · log n) (every group is visited, up to 10,000 a shard).
+        Costs Redis O(groups · log n) (every group is visited, up to 2,000 a shard a call).
 
         Raises:
             InvalidInputError: ``limit`` is not an int in [1, 1000].

@@ -23,12 +23,17 @@ from tests.web.test_browser import (  # noqa: F401  (fixtures)
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
+    ),
 ]
 
 
 async def test_a_grouped_topic_shows_its_groups(
-    browser: Browser, web: WebServer, queue: Queue, tmp_path: Path
+    browser: Browser,  # noqa: F811  (the fixture imported above)
+    web: WebServer,  # noqa: F811
+    queue: Queue,
+    tmp_path: Path,
 ) -> None:
     grouped(queue, "tenant.jobs", max_running_per_group=2)
     await send(queue, "tenant.jobs", "acme", ready=5, delayed=2)

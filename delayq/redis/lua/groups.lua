@@ -1,46 +1,49 @@
 #!lua flags=no-writes
 -- groups.lua: count a grouped topic's tasks per group (Queue.groups).
 -- KEYS[1] prefix of the topic's keys (the group keys are built from it: _groups.lua)
--- KEYS[2] controls (HASH, _controls.lua: the per-group cap and rate limit)
--- ARGV[1] most groups to return, those with the most ready tasks (0: every group visited)
+-- KEYS[2] controls (HASH: the per-group cap and rate limit, _groups.lua's settings)
+-- ARGV[1] most groups to return, those with the most ready tasks (0: see below)
 -- ARGV[2] most groups to visit
--- Returns: {now_ms, complete, group1, ready1, delayed1, running1, limited1, group2, ...}
---   in order of ready tasks (most first), then name; complete: 0 when groups were left
---   unvisited (more than ARGV[2]), else 1; limited: 1 when the group is at its cap or has
---   used up its rate window now.
+-- ARGV[3...] optionally, group names: return the rows of these, visiting nothing
+-- Returns: {now_ms, complete, rows...}: with ARGV[1] > 0 (or names), rows of
+--   group, ready, delayed, running, limited (1: at its cap, or its rate window allows no
+--   lease now), most ready first, then by name; with ARGV[1] = 0, rows of group, ready for
+--   every group visited (a sharded topic ranks the sum over its shards, then asks each
+--   shard for the rows of the top groups).  complete: 0 when groups were left unvisited.
 -- The groups visited are those of the ring (may lease now), full (at their cap), wait
 -- (waiting for a due time or a rate window; soonest first) and run (leases held), in that
--- order, each once.  Each costs a ZCARD and a ZCOUNT of its queue, an HGET of run, a
--- ZSCORE of full and, under a rate limit, a ZCOUNT of its starts: O(log n) a group, so
--- O(groups visited * log n) a call, and a sort of them.
+-- order, each once, at most ARGV[2]: a ZCOUNT of each group's queue, O(log n), and a sort
+-- of the groups visited; then a ZCARD, an HGET of run and, under rate_limit_per_group, an
+-- HGETALL of its rate window (at most 22 fields) for each row returned.  So a call costs
+-- O(groups visited * log n) (measured: docs/controls.md, "Seeing groups").
 --@include _envelope
--- (include of _groups goes here once the core lands)
--- STAND-IN until the core's _groups.lua lands (names from the planned layout)
-local function groups_keys(prefix)
-  local p = prefix .. 'grp:'
-  return { wait = p .. 'wait', ring = p .. 'ring', run = p .. 'run', full = p .. 'full', starts = p .. 'starts:' }
-end
-local function group_queue(prefix, name)
-  return prefix .. 'grp:q:' .. name
-end
-local GROUP_WINDOW_MS = { s = 1000, m = 60000, h = 3600000 }
-local function read_group_limits(controls)
-  local got = redis.call('HMGET', controls, 'max_running_per_group', 'rate_limit_per_group')
-  local l = { cap = tonumber(got[1]) }
-  if got[2] then
-    local n, unit = string.match(got[2], '^(%d+)/([smh])$')
-    l.rate, l.window = tonumber(n), GROUP_WINDOW_MS[unit]
+--@include _layout
+--@include _controls
+-- STAND-IN for the core's _groups.lua (its grp() helpers this script uses, the same key
+-- names), until that branch is merged; then this block goes and `--@include _groups` stays.
+local function grp()
+  local M = {}
+  function M.keys(prefix)
+    local base = prefix .. 'grp:'
+    return { base = base, wait = base .. 'wait', ring = base .. 'ring', run = base .. 'run',
+      full = base .. 'full' }
   end
-  return l, nil
-end
-local function group_limited(g, l, name, running, now)
-  if l.cap and running >= l.cap then
-    return true
+  function M.queue(gk, group)
+    return gk.base .. 'q:' .. group
   end
-  if redis.call('ZSCORE', g.full, name) then
-    return true
+  function M.starts(gk, group)
+    return gk.base .. 'starts:' .. group
   end
-  return l.rate ~= nil and redis.call('ZCOUNT', g.starts .. name, '(' .. (now - l.window), now) >= l.rate
+  function M.settings(controls)
+    local got = redis.call('HMGET', controls, 'group_max_running', 'group_rate_limit')
+    local s = { cap = tonumber(got[1]) }
+    if got[2] then
+      local n, unit = string.match(got[2], '^(%d+)/([smh])$')
+      s.rate, s.window = tonumber(n), RATE_WINDOW_MS[unit]
+    end
+    return s, nil
+  end
+  return M
 end
 local prefix, controls = KEYS[1], KEYS[2]
 local most, visit = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -49,12 +52,64 @@ if bad then
   return bad
 end
 local now = now_ms()
-local g = groups_keys(prefix)
-local limits, bad_limits = read_group_limits(controls)
-if bad_limits then
-  return bad_limits
+local G = grp()
+local g = G.keys(prefix)
+local s, bad_settings = G.settings(controls)
+if bad_settings then
+  return bad_settings
 end
 
+-- Whether the group's rate window allows no lease now, as reserve.lua would judge it
+-- (rate_window and rate_allows of _controls.lua), read without rate_window's clean-up of
+-- old sub-windows (this script writes nothing): those are left out of the count instead.
+local function out_of_rate(name)
+  local fields = redis.call('HGETALL', G.starts(g, name))
+  local c = { rate = s.rate, g = s.window / RATE_PARTS, used = 0, current = 0 }
+  c.pace, c.part = math.ceil(s.rate / RATE_PARTS), math.floor(now / c.g)
+  local kept = false
+  for i = 1, #fields, 2 do
+    kept = kept or (fields[i] == 'g' and tonumber(fields[i + 1]) == c.g)
+  end
+  if not kept then
+    return false  -- no lease counted with this window length: reserve.lua would drop them
+  end
+  for i = 1, #fields, 2 do
+    local n = tonumber(fields[i])
+    if fields[i] ~= 'g' and n and n >= c.part - RATE_PARTS then
+      local count = tonumber(fields[i + 1]) or 0
+      c.used = c.used + count
+      if n == c.part then
+        c.current = count
+      end
+    end
+  end
+  return rate_allows(c) == 0
+end
+
+local function limited(name, running)
+  return (s.cap ~= nil and running >= s.cap) or (s.rate ~= nil and out_of_rate(name))
+end
+
+-- A group's full row: {name, ready, delayed, running, limited}.
+local function row(name)
+  local queue = G.queue(g, name)
+  local waiting = redis.call('ZCARD', queue)
+  local ready = waiting > 0 and redis.call('ZCOUNT', queue, '-inf', now) or 0
+  local running = tonumber(redis.call('HGET', g.run, name)) or 0
+  return { name, ready, waiting - ready, running, limited(name, running) and 1 or 0 }
+end
+
+local out = { now }
+if #ARGV > 2 then
+  -- The rows of the groups named (a sharded topic's second step: its top groups).
+  out[2] = 1
+  for i = 3, #ARGV do
+    for _, v in ipairs(row(ARGV[i])) do
+      out[#out + 1] = v
+    end
+  end
+  return out
+end
 -- Each index holds a group at most once, so reading one costs at most `visit` entries
 -- already taken, plus the first new one past the budget (which tells that some are cut).
 local names, seen, cut = {}, {}, false
@@ -100,24 +155,29 @@ repeat
   end
 until cursor == '0'
 
-local rows = {}
-for _, name in ipairs(names) do
-  local queue = group_queue(prefix, name)
-  local waiting = redis.call('ZCARD', queue)
-  local ready = waiting > 0 and redis.call('ZCOUNT', queue, '-inf', now) or 0
-  local running = tonumber(redis.call('HGET', g.run, name)) or 0
-  rows[#rows + 1] = { name, ready, waiting - ready, running,
-    group_limited(g, limits, name, running, now) and 1 or 0 }
-end
-table.sort(rows, function(a, b)
-  if a[2] ~= b[2] then
-    return a[2] > b[2]
+-- Rank by ready tasks (most first), then name: one ZCOUNT a group, and a sort of strings
+-- that carry both (Lua's own comparison: no comparator call per step).
+local keys, width = {}, 12
+for i, name in ipairs(names) do
+  local ready = redis.call('ZCOUNT', G.queue(g, name), '-inf', now)
+  if most == 0 then
+    names[i] = { name, ready }
+  else
+    keys[i] = string.format('%012d', 999999999999 - ready) .. name
   end
-  return a[1] < b[1]
-end)
-local out = { now, cut and 0 or 1 }
-for i = 1, (most > 0 and math.min(most, #rows) or #rows) do
-  for _, v in ipairs(rows[i]) do
+end
+out[2] = cut and 0 or 1
+if most == 0 then
+  -- Every group visited with its ready count (a sharded topic's first step).
+  for _, pair in ipairs(names) do
+    out[#out + 1] = pair[1]
+    out[#out + 1] = pair[2]
+  end
+  return out
+end
+table.sort(keys)
+for i = 1, math.min(most, #keys) do
+  for _, v in ipairs(row(string.sub(keys[i], width + 1))) do
     out[#out + 1] = v
   end
 end
