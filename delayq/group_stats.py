@@ -54,40 +54,30 @@ async def groups(
 ) -> list[GroupStats]:
     """The ``limit`` groups of ``topic`` with the most ready tasks (see ``Queue.groups``).
 
-    A group's tasks spread over a sharded topic's shards (a task's shard follows its id), so
-    a shard's top groups are not the topic's: each shard first returns every group it
-    visits with its ready count, the sums rank them, then each shard counts the top ones.
+    A group's tasks share one shard of a sharded topic (its shard follows the group), so
+    the topic's top groups are among the shards' own: each shard returns its top
+    ``limit``, and the merge keeps the first ``limit`` (a group found on two shards, which
+    routing never does, would have its counts summed).
     """
     shards = await shard_map.every(topic)
     bounded_int(limit, "limit", 1, MAX_GROUPS)
     visit = MAX_GROUPS_VISITED
-    if len(shards) == 1:
-        complete, rows = await scripts.groups(shards[0], limit=limit, visit=visit)
-    else:
-        ranks = await asyncio.gather(*(scripts.group_readiness(k, visit=visit) for k in shards))
-        complete = all(done for done, _ in ranks)
-        totals: dict[str, int] = {}
-        for _, counted in ranks:
-            for name, count in counted.items():
-                totals[name] = totals.get(name, 0) + count
-        top = sorted(totals, key=lambda name: (-totals[name], name))[:limit]
-        parts = await asyncio.gather(
-            *(scripts.groups(k, limit=limit, visit=visit, names=top) for k in shards)
-        ) if top else []  # fmt: skip
-        merged = {name: (0, 0, 0, False) for name in top}
-        for _, part in parts:
-            for name, ready, delayed, running, limited in part:
-                r, d, n, lim = merged[name]
-                merged[name] = (r + ready, d + delayed, n + running, lim or limited)
-        rows = [(name, *counts) for name, counts in merged.items()]
-    if not complete:
+    replies = await asyncio.gather(
+        *(scripts.groups(keys, limit=limit, visit=visit) for keys in shards)
+    )
+    merged: dict[str, tuple[int, int, int, bool]] = {}
+    for _, part in replies:
+        for name, ready, delayed, running, limited in part:
+            r, d, n, lim = merged.get(name, (0, 0, 0, False))
+            merged[name] = (r + ready, d + delayed, n + running, lim or limited)
+    if not all(complete for complete, _ in replies):
         _log.warning(
             "topic %r has more than %d groups on a shard: Queue.groups counted the first %d "
             "visited (ready to lease first, then at their cap, then waiting, then running)",
             shards[0].topic, visit, visit,
         )  # fmt: skip
-    rows.sort(key=lambda row: (-row[1], row[0]))
+    rows = sorted(merged.items(), key=lambda item: (-item[1][0], item[0]))[:limit]
     return [
         GroupStats(group=name, ready=ready, delayed=delayed, running=running, limited=limited)
-        for name, ready, delayed, running, limited in rows
+        for name, (ready, delayed, running, limited) in rows
     ]

@@ -13,8 +13,8 @@ import pytest
 
 import delayq.group_stats
 from delayq import GroupStats, InvalidInputError, Queue
+from delayq.redis.keys import shard_of
 from tests.apps.runner import app_env, module_command, run_cli
-from tests.test_shards import ids_in
 
 
 def grouped(queue: Queue, topic: str = "t", **options: Any) -> None:
@@ -99,14 +99,24 @@ async def test_an_ungrouped_or_unknown_topic_has_no_groups(queue: Queue) -> None
     assert await queue.groups("never-used") == []
 
 
-async def test_a_sharded_topic_sums_each_group_over_its_shards(queue: Queue) -> None:
+def spread(shards: int, count: int) -> list[str]:
+    """``count`` group names, at least one on each of ``shards`` shards (a grouped task's
+    shard follows its group)."""
+    names, n = [], 0
+    while len(names) < count or {shard_of(g, shards) for g in names} != set(range(shards)):
+        names.append(f"tenant-{n}")
+        n += 1
+    return names
+
+
+async def test_a_sharded_topic_merges_its_shards_top_groups(queue: Queue) -> None:
     grouped(queue, shards=4)
-    ids = [task_id for shard in range(4) for task_id in ids_in(shard, 2, 4)]
-    for n, task_id in enumerate(ids):  # a: one task on each shard ready, one delayed
-        await queue.send_delayed("t", {"tenant": "a"}, 0 if n % 2 == 0 else 600, task_id=task_id)
-    await send(queue, "t", "b", ready=3)
-    assert await queue.groups("t") == [row("a", 4, 4, 0, False), row("b", 3, 0, 0, False)]
-    assert await queue.groups("t", limit=1) == [row("a", 4, 4, 0, False)]
+    tenants = spread(4, 6)
+    for n, tenant in enumerate(tenants):  # tenant-k: k + 1 ready, 1 delayed
+        await send(queue, "t", tenant, ready=n + 1, delayed=1)
+    expected = [row(t, n + 1, 1, 0, False) for n, t in reversed(list(enumerate(tenants)))]
+    assert await queue.groups("t") == expected
+    assert await queue.groups("t", limit=3) == expected[:3]
 
 
 async def test_groups_past_the_visit_budget_are_left_out_and_logged(
@@ -131,17 +141,23 @@ async def test_on_a_redis_cluster_a_sharded_topics_groups_merge(
 ) -> None:
     queue = Queue.from_url(cluster.url, name=queue_name, cluster=True)
     try:
-        grouped(queue, "spread", shards=6)
-        owners = {cluster.node_of(keys.prefix).port for keys in queue.shard_keys("spread")}
-        assert len(owners) == 3  # the shards' answers come from every master
-        await send(queue, "spread", "a", ready=12, delayed=6)
-        await send(queue, "spread", "b", ready=2)
-        assert await queue.groups("spread") == [row("a", 12, 6, 0, False), row("b", 2, 0, 0, False)]
-        assert await queue.groups("spread", limit=1) == [row("a", 12, 6, 0, False)]
-        leased = await queue.consumer.lease("spread", limit=5)
-        found = await queue.groups("spread")
-        assert sum(g.running for g in found) == len(leased) > 0
-        assert sum(g.ready for g in found) == 14 - len(leased)
+        grouped(queue, "spread", shards=6, max_running_per_group=1)
+        tenants = spread(6, 8)
+        masters = {cluster.node_of(queue.shard_keys("spread")[shard_of(t, 6)].prefix).port
+                   for t in tenants}  # fmt: skip
+        assert len(masters) == 3  # the answers come from every master
+        for n, tenant in enumerate(tenants):
+            await send(queue, "spread", tenant, ready=n + 2, delayed=1)
+        expected = [row(t, n + 2, 1, 0, False) for n, t in reversed(list(enumerate(tenants)))]
+        assert await queue.groups("spread") == expected
+        assert await queue.groups("spread", limit=2) == expected[:2]
+        leased = await queue.consumer.lease("spread", limit=20)
+        assert leased  # each group leases one at most (its cap)
+        found = {g.group: g for g in await queue.groups("spread")}
+        for task in leased:
+            tenant = task.body["tenant"]
+            assert (found[tenant].running, found[tenant].limited) == (1, True)
+        assert sum(g.ready for g in found.values()) == sum(range(2, 10)) - len(leased)
 
         grouped(queue, "capped", max_running_per_group=1)
         await send(queue, "capped", "a", ready=3, delayed=1)

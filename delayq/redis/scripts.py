@@ -26,7 +26,7 @@ from delayq.redis.replies import Counts, Found
 from delayq.redis.source import lua_source, test_clock_on
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
 
     from delayq.redis.keys import TopicKeys
 
@@ -203,26 +203,18 @@ class Scripts(TaskScripts):
         return _int(reply[0]), counts[0], counts[1:]
 
     async def groups(
-        self, keys: TopicKeys, *, limit: int, visit: int, names: Sequence[str] = ()
+        self, keys: TopicKeys, *, limit: int, visit: int
     ) -> tuple[bool, list[tuple[str, int, int, int, bool]]]:
         """Run groups.lua: visit at most ``visit`` groups of the topic and return the ``limit``
-        with the most ready tasks, or the groups ``names`` (visiting none).  Returns
-        (whether every group was visited, [(group, ready, delayed, running, limited), ...]),
-        most ready first."""
-        reply = await self._run("groups", (keys.prefix, keys.controls), (limit, visit, *names))
+        with the most ready tasks.  Returns (whether every group was visited, [(group, ready,
+        delayed, running, limited), ...]), most ready first."""
+        reply = await self._run("groups", (keys.prefix, keys.controls), (limit, visit))
         rows = [
             (_text(reply[i]), _int(reply[i + 1]), _int(reply[i + 2]), _int(reply[i + 3]),
              bool(_int(reply[i + 4])))
             for i in range(2, len(reply), 5)
         ]  # fmt: skip
         return bool(_int(reply[1])), rows
-
-    async def group_readiness(self, keys: TopicKeys, *, visit: int) -> tuple[bool, dict[str, int]]:
-        """Run groups.lua for every group visited (at most ``visit``) with its ready count
-        alone.  Returns (whether every group was visited, {group: ready})."""
-        reply = await self._run("groups", (keys.prefix, keys.controls), (0, visit))
-        ready = {_text(reply[i]): _int(reply[i + 1]) for i in range(2, len(reply), 2)}
-        return bool(_int(reply[1])), ready
 
     async def tick(
         self,

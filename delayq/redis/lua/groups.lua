@@ -2,20 +2,17 @@
 -- groups.lua: count a grouped topic's tasks per group (Queue.groups).
 -- KEYS[1] prefix of the topic's keys (the group keys are built from it: _groups.lua)
 -- KEYS[2] controls (HASH: the per-group cap and rate limit, _groups.lua's settings)
--- ARGV[1] most groups to return, those with the most ready tasks (0: see below)
+-- ARGV[1] most groups to return: those with the most ready tasks
 -- ARGV[2] most groups to visit
--- ARGV[3...] optionally, group names: return the rows of these, visiting nothing
--- Returns: {now_ms, complete, rows...}: with ARGV[1] > 0 (or names), rows of
---   group, ready, delayed, running, limited (1: at its cap, or its rate window allows no
---   lease now), most ready first, then by name; with ARGV[1] = 0, rows of group, ready for
---   every group visited (a sharded topic ranks the sum over its shards, then asks each
---   shard for the rows of the top groups).  complete: 0 when groups were left unvisited.
+-- Returns: {now_ms, complete, group1, ready1, delayed1, running1, limited1, group2, ...}
+--   most ready first, then by name; limited: 1 when the group is at its cap, or its rate
+--   window allows no lease now; complete: 0 when groups were left unvisited.
 -- The groups visited are those of the ring (may lease now), full (at their cap), wait
 -- (waiting for a due time or a rate window; soonest first) and run (leases held), in that
--- order, each once, at most ARGV[2]: a ZCOUNT of each group's queue, O(log n), and a sort
--- of the groups visited; then a ZCARD, an HGET of run and, under rate_limit_per_group, an
--- HGETALL of its rate window (at most 22 fields) for each row returned.  So a call costs
--- O(groups visited * log n) (measured: docs/controls.md, "Seeing groups").
+-- order, each once, at most ARGV[2]: a ZCOUNT of each group's queue, O(log n), ranks them
+-- (a sort of the groups visited); then a ZCARD, an HGET of run and, under
+-- rate_limit_per_group, an HGETALL of its rate window (at most 22 fields) for each group
+-- returned.  So a call costs O(groups visited * log n) (docs/controls.md, "Seeing groups").
 --@include _envelope
 --@include _layout
 --@include _controls
@@ -99,17 +96,6 @@ local function row(name)
   return { name, ready, waiting - ready, running, limited(name, running) and 1 or 0 }
 end
 
-local out = { now }
-if #ARGV > 2 then
-  -- The rows of the groups named (a sharded topic's second step: its top groups).
-  out[2] = 1
-  for i = 3, #ARGV do
-    for _, v in ipairs(row(ARGV[i])) do
-      out[#out + 1] = v
-    end
-  end
-  return out
-end
 -- Each index holds a group at most once, so reading one costs at most `visit` entries
 -- already taken, plus the first new one past the budget (which tells that some are cut).
 local names, seen, cut = {}, {}, false
@@ -157,27 +143,15 @@ until cursor == '0'
 
 -- Rank by ready tasks (most first), then name: one ZCOUNT a group, and a sort of strings
 -- that carry both (Lua's own comparison: no comparator call per step).
-local keys, width = {}, 12
+local ranked = {}
 for i, name in ipairs(names) do
   local ready = redis.call('ZCOUNT', G.queue(g, name), '-inf', now)
-  if most == 0 then
-    names[i] = { name, ready }
-  else
-    keys[i] = string.format('%012d', 999999999999 - ready) .. name
-  end
+  ranked[i] = string.format('%012d', 999999999999 - ready) .. name
 end
-out[2] = cut and 0 or 1
-if most == 0 then
-  -- Every group visited with its ready count (a sharded topic's first step).
-  for _, pair in ipairs(names) do
-    out[#out + 1] = pair[1]
-    out[#out + 1] = pair[2]
-  end
-  return out
-end
-table.sort(keys)
-for i = 1, math.min(most, #keys) do
-  for _, v in ipairs(row(string.sub(keys[i], width + 1))) do
+table.sort(ranked)
+local out = { now, cut and 0 or 1 }
+for i = 1, math.min(most, #ranked) do
+  for _, v in ipairs(row(string.sub(ranked[i], 13))) do
     out[#out + 1] = v
   end
 end
