@@ -76,7 +76,7 @@ class QueueParts:
             max_body_bytes=max_body_bytes, past_tolerance_ms=self.past_tolerance_ms,
             durable=self._durable, hooks=self.hooks, shards=self.shards, topics=self.topics,
             strict=strict_topics,
-            history=lambda topic: self.topic_options(topic).history,
+            history=lambda topic: self.topic_options(topic).history, options=self.topic_options,
         )  # fmt: skip
         self.admin = Admin(self.redis, self.scripts, self.shards, self.name, self.topic_options)
         """A topic as a whole: its leased tasks, all its dead letters, forgetting it."""

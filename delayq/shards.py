@@ -77,12 +77,14 @@ class ShardMap:
             found = self.counts[topic] = await self._resolve(topic)
         return found
 
-    async def route(self, topic: str, task_id: str) -> TopicKeys:
-        """The key names of the shard holding ``task_id`` (an id already validated)."""
+    async def route(self, topic: str, task_id: str, group: str | None = None) -> TopicKeys:
+        """The key names of the shard holding ``task_id`` (an id already validated), or,
+        for a task of a group, the shard of ``group`` (a group's tasks share one shard, so
+        its limits hold fleet-wide)."""
         count = self.counts.get(topic) or await self.count(topic)
         if count == 1:
             return self._keys(topic)
-        return self.of(topic, count)[shard_of(task_id, count)]
+        return self.of(topic, count)[shard_of(task_id if group is None else group, count)]
 
     async def every(self, topic: str) -> list[TopicKeys]:
         """The key names of every shard of ``topic``."""

@@ -10,6 +10,7 @@
 --@include _envelope
 --@include _layout
 --@include _priority
+--@include _groups
 --@include _history
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
@@ -29,8 +30,21 @@ if bad then
 end
 local raw, body = read_task(prefix, id)
 local e = raw and parse_header(raw)
--- The header says when the task is due, and so which slot may hold it.
-if e and e.priority ~= 0 and prio().remove(pk, id, e.due, e.priority) then
+-- The header says when the task is due, and so which slot may hold it (or its group).
+local gk = e and e.group and grp().keys(prefix)
+if gk then
+  bad = check_types(grp().kinds(gk, { [grp().queue(gk, e.group)] = 'zset' }))
+  if bad then
+    return bad
+  end
+end
+if gk and grp().remove(gk, e.group, id, e.priority) then
+  -- (a grouped task waits in its group's queue, outside the schedule)
+elseif gk then
+  if redis.call('ZREM', dead, id) == 0 then
+    return 0
+  end
+elseif e and e.priority ~= 0 and prio().remove(pk, id, e.due, e.priority) then
   -- (a priority task waits outside the schedule, and its count)
 elseif e and e.priority == 0 and schedule_remove(prefix, wheel, id, e.due) then
   schedule_changed(prefix, wheel, -1)
