@@ -14,16 +14,20 @@ import pytest
 import delayq.group_stats
 from delayq import GroupStats, InvalidInputError, Queue
 from delayq.redis.keys import shard_of
+from delayq.worker.declare import declared
 from tests.apps.runner import app_env, module_command, run_cli
 
 
-def grouped(queue: Queue, topic: str = "t", **options: Any) -> None:
-    """Register ``topic`` grouped by the body's ``tenant`` field (handlers never run here:
-    tasks are leased with ``queue.consumer``)."""
+async def grouped(queue: Queue, topic: str = "t", **options: Any) -> None:
+    """Register ``topic`` grouped by the body's ``tenant`` field and write its limits to
+    every shard's controls, as a worker's start does (handlers never run here: tasks are
+    leased with ``queue.consumer``)."""
 
     async def handle(body: Any) -> None: ...
 
     queue.topic(topic, group_by="tenant", **options)(handle)
+    for keys in queue.shard_keys(topic):
+        await queue.scripts.control(keys, declared(queue.topics[topic]))
 
 
 async def send(queue: Queue, topic: str, tenant: str, *, ready: int = 0, delayed: int = 0) -> None:
@@ -38,7 +42,7 @@ def row(group: str, ready: int, delayed: int, running: int, limited: bool) -> Gr
 
 
 async def test_counts_ready_delayed_and_running_per_group_most_ready_first(queue: Queue) -> None:
-    grouped(queue, max_running_per_group=2)
+    await grouped(queue, max_running_per_group=2)
     await send(queue, "t", "a", ready=3, delayed=1)
     await send(queue, "t", "b", ready=5)
     await send(queue, "t", "c", delayed=2)
@@ -58,7 +62,7 @@ async def test_counts_ready_delayed_and_running_per_group_most_ready_first(queue
 
 
 async def test_a_group_with_leases_only_is_listed_until_they_end(queue: Queue) -> None:
-    grouped(queue)
+    await grouped(queue)
     await send(queue, "t", "solo", ready=1)
     (task,) = await queue.consumer.lease("t", limit=5)
     assert await queue.groups("t") == [row("solo", 0, 0, 1, False)]
@@ -67,7 +71,7 @@ async def test_a_group_with_leases_only_is_listed_until_they_end(queue: Queue) -
 
 
 async def test_limit_keeps_the_groups_with_most_ready_tasks(queue: Queue) -> None:
-    grouped(queue)
+    await grouped(queue)
     for n, tenant in enumerate("edcba", start=1):
         await send(queue, "t", tenant, ready=n)  # a: 5 ready ... e: 1
     await send(queue, "t", "z", delayed=9)
@@ -84,12 +88,24 @@ async def test_a_bad_limit_is_refused_naming_it(queue: Queue, limit: Any) -> Non
 
 
 async def test_a_rate_limited_group_is_limited_once_its_window_is_used(queue: Queue) -> None:
-    grouped(queue, rate_limit_per_group="2/m")
+    await grouped(queue, rate_limit_per_group="1/h")
     await send(queue, "t", "busy", ready=3)
     await send(queue, "t", "quiet", ready=1)
+    await send(queue, "t", "idle", delayed=1)
     leased = await queue.consumer.lease("t", limit=10)
-    assert sorted(t.body["tenant"] for t in leased) == ["busy", "busy", "quiet"]
-    assert await queue.groups("t") == [row("busy", 1, 0, 2, True), row("quiet", 0, 0, 1, False)]
+    assert sorted(t.body["tenant"] for t in leased) == ["busy", "quiet"]
+    # Both used their window's one start (quiet has nothing left to start, but is out of
+    # rate all the same); idle started nothing.
+    assert await queue.groups("t") == [
+        row("busy", 2, 0, 1, True),
+        row("idle", 0, 1, 0, False),
+        row("quiet", 0, 0, 1, True),
+    ]
+    for task in leased:
+        await queue.consumer.ack(task.lease_token)
+    after = {g.group: g for g in await queue.groups("t")}
+    assert after["busy"] == row("busy", 2, 0, 0, True)  # its window still counts the start
+    assert "quiet" not in after  # nothing waiting nor running: no longer a group
 
 
 async def test_an_ungrouped_or_unknown_topic_has_no_groups(queue: Queue) -> None:
@@ -110,7 +126,7 @@ def spread(shards: int, count: int) -> list[str]:
 
 
 async def test_a_sharded_topic_merges_its_shards_top_groups(queue: Queue) -> None:
-    grouped(queue, shards=4)
+    await grouped(queue, shards=4)
     tenants = spread(4, 6)
     for n, tenant in enumerate(tenants):  # tenant-k: k + 1 ready, 1 delayed
         await send(queue, "t", tenant, ready=n + 1, delayed=1)
@@ -122,7 +138,7 @@ async def test_a_sharded_topic_merges_its_shards_top_groups(queue: Queue) -> Non
 async def test_groups_past_the_visit_budget_are_left_out_and_logged(
     queue: Queue, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    grouped(queue)
+    await grouped(queue)
     for tenant in "abcde":
         await send(queue, "t", tenant, ready=1)
     monkeypatch.setattr(delayq.group_stats, "MAX_GROUPS_VISITED", 3)
@@ -141,7 +157,7 @@ async def test_on_a_redis_cluster_a_sharded_topics_groups_merge(
 ) -> None:
     queue = Queue.from_url(cluster.url, name=queue_name, cluster=True)
     try:
-        grouped(queue, "spread", shards=6, max_running_per_group=1)
+        await grouped(queue, "spread", shards=6, max_running_per_group=1)
         tenants = spread(6, 8)
         masters = {cluster.node_of(queue.shard_keys("spread")[shard_of(t, 6)].prefix).port
                    for t in tenants}  # fmt: skip
@@ -157,9 +173,11 @@ async def test_on_a_redis_cluster_a_sharded_topics_groups_merge(
         for task in leased:
             tenant = task.body["tenant"]
             assert (found[tenant].running, found[tenant].limited) == (1, True)
-        assert sum(g.ready for g in found.values()) == sum(range(2, 10)) - len(leased)
+        assert sum(g.ready for g in found.values()) == sum(
+            n + 2 for n in range(len(tenants))
+        ) - len(leased)
 
-        grouped(queue, "capped", max_running_per_group=1)
+        await grouped(queue, "capped", max_running_per_group=1)
         await send(queue, "capped", "a", ready=3, delayed=1)
         await send(queue, "capped", "b", ready=2)
         leased = await queue.consumer.lease("capped", limit=10)
@@ -172,7 +190,7 @@ async def test_on_a_redis_cluster_a_sharded_topics_groups_merge(
 async def test_the_groups_command_prints_a_table_or_json(
     queue: Queue, redis_url: str, queue_name: str
 ) -> None:
-    grouped(queue, max_running_per_group=1)
+    await grouped(queue, max_running_per_group=1)
     await send(queue, "t", "a", ready=2, delayed=1)
     await send(queue, "t", "b", ready=3)
     await queue.consumer.lease("t", limit=10)  # one of each: both at their cap

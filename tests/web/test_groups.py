@@ -13,7 +13,7 @@ R = auth("read")
 
 
 async def test_groups_most_ready_first(client: httpx.AsyncClient, queue: Queue) -> None:
-    grouped(queue, "orders/eu", max_running_per_group=1)
+    await grouped(queue, "orders/eu", max_running_per_group=1)
     await send(queue, "orders/eu", "a", ready=2, delayed=1)
     await send(queue, "orders/eu", "b", ready=4)
     await queue.consumer.lease("orders/eu", limit=10)  # one of each, both at their cap

@@ -35,7 +35,7 @@ async def test_a_grouped_topic_shows_its_groups(
     queue: Queue,
     tmp_path: Path,
 ) -> None:
-    grouped(queue, "tenant.jobs", max_running_per_group=2)
+    await grouped(queue, "tenant.jobs", max_running_per_group=2)
     await send(queue, "tenant.jobs", "acme", ready=5, delayed=2)
     await send(queue, "tenant.jobs", "globex", ready=1)
     await send(queue, "tenant.jobs", "initech", delayed=3)

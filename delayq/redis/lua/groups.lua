@@ -16,32 +16,7 @@
 --@include _envelope
 --@include _layout
 --@include _controls
--- STAND-IN for the core's _groups.lua (its grp() helpers this script uses, the same key
--- names), until that branch is merged; then this block goes and `--@include _groups` stays.
-local function grp()
-  local M = {}
-  function M.keys(prefix)
-    local base = prefix .. 'grp:'
-    return { base = base, wait = base .. 'wait', ring = base .. 'ring', run = base .. 'run',
-      full = base .. 'full' }
-  end
-  function M.queue(gk, group)
-    return gk.base .. 'q:' .. group
-  end
-  function M.starts(gk, group)
-    return gk.base .. 'starts:' .. group
-  end
-  function M.settings(controls)
-    local got = redis.call('HMGET', controls, 'group_max_running', 'group_rate_limit')
-    local s = { cap = tonumber(got[1]) }
-    if got[2] then
-      local n, unit = string.match(got[2], '^(%d+)/([smh])$')
-      s.rate, s.window = tonumber(n), RATE_WINDOW_MS[unit]
-    end
-    return s, nil
-  end
-  return M
-end
+--@include _groups
 local prefix, controls = KEYS[1], KEYS[2]
 local most, visit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local bad = READ_CLOCK and load_clock(prefix .. 'clock')
