@@ -82,7 +82,7 @@ class QueueReads:
     async def groups(self, topic: str, limit: int = 20) -> list[GroupStats]:
         """The ``limit`` (1..1000) groups of a grouped ``topic`` with the most ready tasks, each
         with its delayed and running tasks and whether its cap or rate limit holds it back
-        now ([] for a topic without groups); of a sharded topic, counts summed over shards.
+        now ([] for a topic without groups); of a sharded topic, its shards' top groups merged.
         Costs Redis O(groups · log n) (every group is visited, up to 2,000 a shard a call).
 
         Raises:
