@@ -297,3 +297,13 @@ async def test_priority_orders_within_a_due_ms(queue: Queue) -> None:
     await queue.send_many("t", [{}], task_ids=["p"], group="b", priority=5)
     _, _, leased = await reserve(queue, "t", limit=10)
     assert {i for i, _, _ in leased} == {"lo", "zero", "hi", "p"}
+
+
+async def test_raising_the_cap_lets_a_full_group_lease_at_once(queue: Queue) -> None:
+    grouped(queue, group_by="g", max_running_per_group=1)
+    await declare(queue)
+    await queue.send_many("t", [{"g": "a"}] * 3)
+    assert len((await reserve(queue, "t"))[2]) == 1
+    assert (await reserve(queue, "t"))[2] == []
+    await queue.scripts.control(queue.keys("t"), {"group_max_running": "3"})
+    assert len((await reserve(queue, "t"))[2]) == 2
