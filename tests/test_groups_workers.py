@@ -109,3 +109,26 @@ async def test_run_due_runs_grouped_tasks(queue: Queue) -> None:
     await run_due(queue, 3600)
     assert recorder.done == 2
     assert time.monotonic() - started < 30
+
+
+async def test_calls_by_id_find_a_grouped_task_on_a_sharded_topic(queue: Queue) -> None:
+    """A grouped task lives in its group's shard: get, reschedule, cancel, replay and a
+    handler-less consumer's lease calls find it there all the same."""
+
+    @queue.topic("s", shards=4, group_by="g")
+    async def handler(body: dict[str, Any]) -> None: ...
+
+    ids = [f"task-{n}" for n in range(8)]
+    await queue.send_many("s", [{"g": "one"}] * 8, task_ids=ids, delay=60)
+    for task_id in ids:
+        info = await queue.get("s", task_id)
+        assert info is not None and info.group == "one"
+    assert all([await queue.reschedule("s", task_id, delay=0) for task_id in ids])
+    assert await queue.cancel("s", ids[0])
+    leases = await queue.consumer.lease("s", limit=8, ttr=60)
+    assert len(leases) == 7
+    for lease in leases[:3]:
+        await queue.consumer.ack(lease.lease_token)
+    await queue.consumer.nack(leases[3].lease_token, dead=True)
+    assert await queue.replay("s", leases[3].id)
+    await queue.consumer.extend(leases[4].lease_token, 120)
