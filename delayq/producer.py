@@ -303,8 +303,10 @@ class Producer:
     async def cancel(self, topic: str, task_id: str) -> bool:
         """Run cancel.lua (see ``Queue.cancel``) and tell the listeners.  A topic registered
         here with ``history=N`` passes N (a script else reads what its workers recorded)."""
-        keys = await self._shards.route(topic, task_id)
-        cancelled = await self.scripts.cancel(keys, task_id, self._history(topic))
+        history = self._history(topic)
+        cancelled = await self._shards.find(
+            topic, task_id, lambda keys: self.scripts.cancel(keys, task_id, history), bool
+        )
         if cancelled and self._hooks.listeners:
             self._hooks.emit(TaskEvent("cancelled", topic, task_id))
         return cancelled
@@ -318,10 +320,10 @@ class Producer:
         absolute = at is not None
         value_ms = to_epoch_millis(at) if at is not None else to_millis(delay or 0, name="delay")
         task_id = check_task_id(task_id)
-        status, when = await self.scripts.reschedule(
-            await self._shards.route(topic, task_id), task_id, absolute=absolute,
-            value_ms=value_ms, tolerance_ms=self._past_tolerance_ms,
-        )  # fmt: skip
+        status, when = await self._shards.find(topic, task_id, lambda keys: self.scripts.reschedule(
+            keys, task_id, absolute=absolute, value_ms=value_ms,
+            tolerance_ms=self._past_tolerance_ms,
+        ), lambda reply: reply[0] != 0)  # fmt: skip
         if status < 0:
             raise self.too_far_past(value_ms, when)
         return status == 1

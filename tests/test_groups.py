@@ -221,7 +221,7 @@ async def test_a_blocked_group_is_not_scanned(
     it sits in grp:full (not in the ring), and its queue is untouched."""
     grouped(queue, group_by="g", max_running_per_group=1)
     await declare(queue)
-    await queue.send_many("t", [{"g": "big"}] * 2000, batch_size=1000)
+    await queue.send_many("t", [{"g": "big"}] * 10_000, batch_size=1000)
     _, _, [held] = await reserve(queue, "t", limit=5)
     keys = queue.keys("t")
     assert await redis_client.zscore(keys.prefix + "grp:full", "big") is not None
@@ -231,10 +231,10 @@ async def test_a_blocked_group_is_not_scanned(
     _, _, leased = await reserve(queue, "t", limit=5)
     assert [i for i, _, _ in leased] == ["small"]
     stats = await redis_client.info("commandstats")
-    # The blocked group's 1,999 ready tasks were never read: a handful of ZSET calls in all.
+    # The blocked group's 9,999 ready tasks were never read: a handful of ZSET calls in all.
     zcalls = sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_z"))
     assert zcalls < 40
-    assert await redis_client.zcard(keys.prefix + "grp:q:big") == 1999
+    assert await redis_client.zcard(keys.prefix + "grp:q:big") == 9_999
     assert held[0] != "small"
 
 
@@ -297,3 +297,13 @@ async def test_priority_orders_within_a_due_ms(queue: Queue) -> None:
     await queue.send_many("t", [{}], task_ids=["p"], group="b", priority=5)
     _, _, leased = await reserve(queue, "t", limit=10)
     assert {i for i, _, _ in leased} == {"lo", "zero", "hi", "p"}
+
+
+async def test_raising_the_cap_lets_a_full_group_lease_at_once(queue: Queue) -> None:
+    grouped(queue, group_by="g", max_running_per_group=1)
+    await declare(queue)
+    await queue.send_many("t", [{"g": "a"}] * 3)
+    assert len((await reserve(queue, "t"))[2]) == 1
+    assert (await reserve(queue, "t"))[2] == []
+    await queue.scripts.control(queue.keys("t"), {"group_max_running": "3"})
+    assert len((await reserve(queue, "t"))[2]) == 2

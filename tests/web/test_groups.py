@@ -1,48 +1,36 @@
-"""``GET /api/topics/{topic}/groups``: a grouped topic's groups over HTTP (scope ``read``),
-on a real Redis with tasks sent and leased through the real grouped paths."""
+"""Groups over HTTP: a send takes "group", or the serving process derives it (group_by)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import httpx
 
 from delayq import Queue
-from tests.test_group_stats import grouped, send
+from tests.helpers import stored
 from tests.web.conftest import auth
 
-R = auth("read")
+P = auth("produce")
 
 
-async def test_groups_most_ready_first(client: httpx.AsyncClient, queue: Queue) -> None:
-    await grouped(queue, "orders/eu", max_running_per_group=1)
-    await send(queue, "orders/eu", "a", ready=2, delayed=1)
-    await send(queue, "orders/eu", "b", ready=4)
-    await queue.consumer.lease("orders/eu", limit=10)  # one of each, both at their cap
-    reply = await client.get("/api/topics/orders%2Feu/groups", headers=R)
-    assert reply.status_code == 200, reply.text
-    assert reply.json() == {
-        "topic": "orders/eu",
-        "groups": [
-            {"group": "b", "ready": 3, "delayed": 0, "running": 1, "limited": True},
-            {"group": "a", "ready": 1, "delayed": 1, "running": 1, "limited": True},
-        ],
-    }
-    top = await client.get("/api/topics/orders%2Feu/groups?limit=1", headers=R)
-    assert [g["group"] for g in top.json()["groups"]] == ["b"]
-    plain = await client.get("/api/topics/plain/groups", headers=R)
-    assert plain.json() == {"topic": "plain", "groups": []}
+async def test_send_takes_a_group_or_derives_it(client: httpx.AsyncClient, queue: Queue) -> None:
+    @queue.topic("sync", group_by="account_id")
+    async def sync(body: dict[str, Any]) -> None: ...
+
+    sent = await client.post(
+        "/api/topics/t/tasks", json={"body": {}, "task_id": "a", "group": "acme"}, headers=P
+    )
+    assert sent.status_code == 201, sent.text
+    assert (await stored(queue, "t", "a")).group == "acme"
+    derived = await client.post(
+        "/api/topics/sync/tasks", json={"body": {"account_id": 7}, "task_id": "b"}, headers=P
+    )
+    assert derived.status_code == 201, derived.text
+    assert (await stored(queue, "sync", "b")).group == "7"
 
 
-async def test_bad_queries_answer_4xx_naming_the_field(client: httpx.AsyncClient) -> None:
-    for query, field in (("limit=0", "limit"), ("limit=1001", "limit"), ("limit=x", "limit"),
-                         ("limt=5", "limt")):  # fmt: skip
-        reply = await client.get(f"/api/topics/t/groups?{query}", headers=R)
-        assert reply.status_code == 422, (query, reply.text)
-        assert reply.json()["field"] == field, reply.json()
-    bad_name = await client.get("/api/topics/%00bad/groups", headers=R)
-    assert bad_name.status_code in (404, 422)
-    assert bad_name.json()["field"] == "topic"
-
-
-async def test_groups_need_a_token_with_read(client: httpx.AsyncClient) -> None:
-    assert (await client.get("/api/topics/t/groups")).status_code == 401
-    assert (await client.get("/api/topics/t/groups", headers=auth("produce"))).status_code == 403
+async def test_a_bad_group_is_a_422_naming_it(client: httpx.AsyncClient, queue: Queue) -> None:
+    bad = await client.post("/api/topics/t/tasks", json={"body": {}, "group": "a,b"}, headers=P)
+    assert bad.status_code == 422
+    assert bad.json()["field"] == "group"
+    assert (await queue.stats()) == {}

@@ -14,7 +14,10 @@
 --   <grp:run>       HASH G -> leases G holds now (every grouped topic keeps it)
 --   <grp:full>      ZSET G -> ms it reached max_running_per_group with tasks waiting
 --   <grp:starts:G>  HASH the rate_limit_per_group window of G (as <starts>, _controls.lua)
---   <grp:count>     STRING how many grouped tasks wait (delayed or ready), for stats
+--   <grp:all>       ZSET id -> due ms: every waiting grouped task, whatever its group, so
+--                   that stats, upcoming, timeline and test clocks read them as they read
+--                   <prio> (one more sorted-set entry a grouped task, written in the same
+--                   calls: a send, a lease batch, a requeue)
 -- A group with a waiting task is in exactly one of wait, ring and full (an empty group in
 -- none); its entry there may be earlier than the truth (a cancelled head), never later:
 -- reserve.lua checks a group when it comes to it, and puts it where it belongs.  So every
@@ -36,7 +39,7 @@ local function grp()
   function M.keys(prefix)
     local base = prefix .. 'grp:'
     return { base = base, wait = base .. 'wait', ring = base .. 'ring', turn = base .. 'turn',
-      run = base .. 'run', full = base .. 'full', count = base .. 'count' }
+      run = base .. 'run', full = base .. 'full', all = base .. 'all' }
   end
 
   function M.queue(gk, group)
@@ -50,7 +53,7 @@ local function grp()
   -- The key types a script writing grouped tasks checks before its first write.
   function M.kinds(gk, kinds)
     kinds[gk.wait], kinds[gk.ring], kinds[gk.full] = 'zset', 'zset', 'zset'
-    kinds[gk.run], kinds[gk.turn], kinds[gk.count] = 'hash', 'string', 'string'
+    kinds[gk.run], kinds[gk.turn], kinds[gk.all] = 'hash', 'string', 'zset'
     return kinds
   end
 
@@ -81,7 +84,13 @@ local function grp()
     for i = 1, #entries, 2000 do
       redis.call('ZADD', M.queue(gk, group), unpack(entries, i, math.min(i + 1999, #entries)))
     end
-    redis.call('INCRBY', gk.count, #entries / 2)
+    local index = {}
+    for i = 1, #entries, 2 do
+      index[i], index[i + 1] = entries[i], M.id_of(entries[i + 1])
+    end
+    for i = 1, #index, 2000 do
+      redis.call('ZADD', gk.all, unpack(index, i, math.min(i + 1999, #index)))
+    end
     if redis.call('ZSCORE', gk.ring, group) or redis.call('ZSCORE', gk.full, group) then
       return false
     end
@@ -105,7 +114,7 @@ local function grp()
     if redis.call('ZREM', q, M.member(id, priority)) == 0 then
       return false
     end
-    redis.call('DECRBY', gk.count, 1)
+    redis.call('ZREM', gk.all, id)
     if redis.call('EXISTS', q) == 0 then
       redis.call('ZREM', gk.wait, group)
       redis.call('ZREM', gk.ring, group)
@@ -240,7 +249,11 @@ local function grp()
       end
     end
     if taken > 0 then
-      redis.call('DECRBY', gk.count, taken)
+      local ids = {}
+      for i = 1, #picks, 2 do
+        ids[#ids + 1] = picks[i]
+      end
+      redis.call('ZREM', gk.all, unpack(ids))
     end
     redis.call('SET', gk.turn, turn)
     return picks

@@ -16,12 +16,10 @@
 -- per 128 tasks of the smaller side).  A topic scheduled before delayq kept the count has
 -- none yet (the next script that changes its schedule recounts it): it is counted here.
 -- Tasks with a priority wait outside the schedule, in <prio> (by due time): two ZCOUNTs.
--- Grouped tasks wait in their groups' queues (_groups.lua), counted in <grp:count>: their
--- split is counted group by group (two calls a group) for the first GROUPS_COUNTED groups
--- with tasks, and estimated beyond from their proportion.  An ungrouped topic pays one GET.
+-- Grouped tasks wait in their groups' queues, all of them indexed by due time in <grp:all>
+-- (_groups.lua): two ZCOUNTs more (an EXISTS for an ungrouped topic).
 --@include _envelope
 --@include _layout
-local GROUPS_COUNTED = 1000
 local prefix, wheel, reserved, dead, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local prio = prio_keys(prefix).index
 local bad = READ_CLOCK and load_clock(prefix .. 'clock')
@@ -73,28 +71,19 @@ if prio_ready > 0 then
     oldest = first
   end
 end
-local grouped = tonumber(redis.call('GET', prefix .. 'grp:count')) or 0
-local group_ready = 0
-if grouped > 0 then
-  local seen, walked = 0, 0
-  for _, set in ipairs({ 'grp:ring', 'grp:full', 'grp:wait' }) do
-    for _, g in ipairs(redis.call('ZRANGE', prefix .. set, 0, GROUPS_COUNTED - seen - 1)) do
-      local q = prefix .. 'grp:q:' .. g
-      seen = seen + 1
-      walked = walked + redis.call('ZCARD', q)
-      group_ready = group_ready + redis.call('ZCOUNT', q, '-inf', now)
-      local first = tonumber(redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')[2])
-      if first and first <= now and (oldest < 0 or first < oldest) then
-        oldest = first
-      end
-    end
-  end
-  if walked > 0 and walked < grouped then
-    group_ready = math.floor(group_ready * grouped / walked + 0.5)
-  end
-  group_ready = math.min(group_ready, grouped)
+local all = prefix .. 'grp:all'
+local group_ready, group_delayed = 0, 0
+if redis.call('EXISTS', all) == 1 then
+  group_ready = redis.call('ZCOUNT', all, '-inf', now)
+  group_delayed = redis.call('ZCOUNT', all, '(' .. int_text(now), '+inf')
 end
-return { scheduled - ready + prio_delayed + grouped - group_ready,
+if group_ready > 0 then
+  local first = tonumber(redis.call('ZRANGE', all, 0, 0, 'WITHSCORES')[2])
+  if first and (oldest < 0 or first < oldest) then
+    oldest = first
+  end
+end
+return { scheduled - ready + prio_delayed + group_delayed,
   ready + prio_ready + group_ready, lease_count(reserved),
   redis.call('ZCARD', dead),
   redis.call('HMGET', controls, 'paused', 'rate_limit', 'max_running'), now, oldest }
