@@ -36,6 +36,7 @@ from delayq.errors import (
 )
 from delayq.events import Hooks, Sending, TaskEvent
 from delayq.fleet import WorkerInfo
+from delayq.group_stats import GroupStats
 from delayq.limits import RateLimit
 from delayq.middleware import CallNext, Middleware
 from delayq.queue import Queue
@@ -59,6 +60,7 @@ __all__ = [
     "DelayqError",
     "Durability",
     "Duration",
+    "GroupStats",
     "Hooks",
     "InvalidDurationError",
     "InvalidHeadersError",

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,7 +38,7 @@ from delayq.worker.report import log_skipped, nack_event, tell_reclaimed
 from delayq.worker.runner import IDLE_RECHECK, MAX_BATCH, MAX_RECLAIM
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from redis.asyncio import Redis
 
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from delayq.redis.scripts import Scripts
     from delayq.shards import ShardMap
     from delayq.topic import TopicOptions
+
+T = TypeVar("T")
 
 log = logging.getLogger("delayq")
 
@@ -236,11 +238,17 @@ class Consumer:
             ))  # fmt: skip
         return leased(topic, task_id, envelope, now_ms, ttr_ms, options)
 
-    async def _route(self, handle: LeaseHandle) -> TopicKeys:
-        """The shard holding a lease's task (found from its id, as every call by id)."""
+    async def _by_id(
+        self,
+        handle: LeaseHandle,
+        call: Callable[[TopicKeys], Awaitable[T]],
+        found: Callable[[T], bool],
+    ) -> T:
+        """Run ``call`` on the shard holding a lease's task (found from its id, as every
+        call by id: :meth:`delayq.shards.ShardMap.find`)."""
         if self._shards is None:
-            return self._keys(handle.topic)
-        return await self._shards.route(handle.topic, handle.task_id)
+            return await call(self._keys(handle.topic))
+        return await self._shards.find(handle.topic, handle.task_id, call, found)
 
     async def ack(self, lease_token: str, result: Any = None) -> None:
         """Finish the leased task: it is deleted.  ``result`` is its return value, stored
@@ -253,14 +261,17 @@ class Consumer:
                 leased again, or it was already acked or nacked): nothing changed.
         """
         handle = LeaseHandle.parse(lease_token)
-        keys = await self._route(handle)
         cap = self._history(handle.topic)  # recorded as ended now, start unknown
         lease: tuple[str | bytes, ...] = (handle.task_id, handle.fencing_token, ",")[
             : 3 if cap else 2
         ]
         results = self._results(handle.topic)
         lease += (encode_result(handle.topic, handle.task_id, result, self._max_result_bytes),)
-        (acked,) = await self._scripts.ack(keys, [lease], history=cap, results=results)
+        (acked,) = await self._by_id(
+            handle,
+            lambda keys: self._scripts.ack(keys, [lease], history=cap, results=results),
+            lambda r: r[0],
+        )
         self._tell("acked" if acked else "lease_lost", handle)
         if not acked:
             raise _lost(handle)
@@ -288,18 +299,17 @@ class Consumer:
             LeaseLostError: the lease is no longer held: nothing changed.
         """
         handle = LeaseHandle.parse(lease_token)
-        keys = await self._route(handle)
         options = self._options(handle.topic)
         if delay is None:
             delay = options.backoff.delay(handle.attempt)
         delay_ms = to_millis(delay, name="delay")
         if not isinstance(error, str):
             raise InvalidInputError(f"error must be a str, got {type(error).__name__}")
-        outcome, when = await self._scripts.nack(
+        outcome, when = await self._by_id(handle, lambda keys: self._scripts.nack(
             keys, handle.task_id, handle.fencing_token, mode="dead" if dead else "retry",
             delay_ms=delay_ms, error=error[:MAX_ERROR_CHARS], max_attempts=options.max_attempts,
             history=self._history(handle.topic), results=self._results(handle.topic),
-        )  # fmt: skip
+        ), lambda reply: reply[0] != 0)  # fmt: skip
         self._tell(nack_event("dead" if dead else "retry", outcome), handle, error)
         if outcome == 0:
             raise _lost(handle)
@@ -316,9 +326,12 @@ class Consumer:
             LeaseLostError: the lease is no longer held: nothing changed.
         """
         handle = LeaseHandle.parse(lease_token)
-        keys = await self._route(handle)
         ms = to_millis(seconds, name="seconds", allow_zero=False)
-        deadline = await self._scripts.extend(keys, handle.task_id, handle.fencing_token, ms)
+        deadline = await self._by_id(
+            handle,
+            lambda keys: self._scripts.extend(keys, handle.task_id, handle.fencing_token, ms),
+            bool,
+        )
         if not deadline:
             raise _lost(handle)
         return from_millis(deadline)

@@ -73,6 +73,8 @@ def parse_record(topic: str, seq: int, task_id: str, raw: bytes) -> HistoryRecor
     outcome, attempts, _token, _max, _ttr, enqueued, due, rest = raw.split(b",", 7)
     if rest[:1] == b"p":  # the header of a task with a priority other than 0 ends ",p<n>"
         rest = rest.split(b",", 1)[1]
+    if rest[:1] == b"g":  # then a grouped task's ",g<group>" (a group holds no comma)
+        rest = rest.split(b",", 1)[1]
     started, ended, size, rest = rest.split(b",", 3)
     length = int(size)
     error, field = rest[:length].decode(errors="replace"), rest[length:]

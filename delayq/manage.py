@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from delayq.parts import QueueParts
     from delayq.redis.keys import TopicKeys
+    from delayq.redis.replies import Found
     from delayq.redis.scripts import Scripts
     from delayq.shards import ShardMap
     from delayq.topic import Topic
@@ -34,8 +35,11 @@ async def get_task(
 ) -> TaskInfo | None:
     """The task ``task_id`` of ``topic`` as stored, or None (see :meth:`delayq.Queue.get`)."""
     task_id = check_task_id(task_id)
-    keys = await shards.route(topic, task_id)
-    found = await scripts.get(keys, task_id)
+
+    async def look(keys: TopicKeys) -> tuple[TopicKeys, Found | None]:
+        return keys, await scripts.get(keys, task_id)
+
+    keys, found = await shards.find(topic, task_id, look, lambda reply: reply[1] is not None)
     if found is None:
         return None
     state, score = found.state, found.score_ms
@@ -143,7 +147,7 @@ async def dead_letters(
 async def replay(scripts: Scripts, shards: ShardMap, topic: str, task_id: str) -> bool:
     """Move dead task ``task_id`` back to ready (see :meth:`delayq.Queue.replay`)."""
     task_id = check_task_id(task_id)
-    return await scripts.replay(await shards.route(topic, task_id), task_id)
+    return await shards.find(topic, task_id, lambda keys: scripts.replay(keys, task_id), bool)
 
 
 async def set_controls(

@@ -81,7 +81,7 @@ class QueueParts:
             durable=self._durable, hooks=self.hooks, shards=self.shards, topics=self.topics,
             strict=strict_topics,
             history=lambda topic: self.topic_options(topic).history,
-            results=lambda topic: self.topic_options(topic).results_ms,
+            results=lambda topic: self.topic_options(topic).results_ms, options=self.topic_options,
         )  # fmt: skip
         self.admin = Admin(self.redis, self.scripts, self.shards, self.name, self.topic_options)
         """A topic as a whole: its leased tasks, all its dead letters, forgetting it."""

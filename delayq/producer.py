@@ -19,11 +19,13 @@ from delayq.codec import encode_body
 from delayq.duration import to_epoch_millis, to_millis
 from delayq.errors import DelayqError, InvalidDurationError, InvalidInputError, NotDurableError
 from delayq.events import Sending, TaskEvent
+from delayq.groups import NO_GROUP, task_group
 from delayq.headers import check_headers, encode_headers
 from delayq.ids import new_task_id, new_task_ids
 from delayq.redis.cluster import run_command
 from delayq.redis.keys import check_task_id, shard_of, topics_key
 from delayq.redis.scripts import SEND_STATUS
+from delayq.send_order import schedule_order, send_results
 from delayq.strict import check_registered
 from delayq.task import SendResult, from_millis
 from delayq.topic import check_on_conflict, check_priority, task_overrides
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     from delayq.redis.keys import TopicKeys
     from delayq.redis.scripts import Scripts
     from delayq.shards import ShardMap
-    from delayq.topic import OnConflict
+    from delayq.topic import OnConflict, TopicOptions
 
 ANNOUNCE_EVERY = 60.0
 """Seconds after which a send records its topic in the topic set again: an idle topic that
@@ -72,6 +74,8 @@ class Producer:
         history: the records a topic registered in this process keeps (0: none, or not
             registered here), which its cancels carry; ``results``: its results' lifetime
             in ms, likewise.
+        options: the options of a topic registered in this process (defaults else): a
+            grouped one's sends get their group from its ``group_by``.
     """
 
     def __init__(
@@ -91,8 +95,10 @@ class Producer:
         strict: bool = False,
         history: Callable[[str], int] = lambda topic: 0,
         results: Callable[[str], int] = lambda topic: 0,
+        options: Callable[[str], TopicOptions] | None = None,
     ) -> None:
         self._redis = redis
+        self._options = options
         self._topics = topics
         self._strict = strict
         self._history = history
@@ -121,14 +127,16 @@ class Producer:
         on_conflict: OnConflict = "keep",
         priority: int = 0,
         headers: Mapping[str, str] | None = None,
+        group: str | int | None = None,
     ) -> SendResult:
         """Send one task due ``value_ms`` from now, or at Unix ms ``value_ms`` (``absolute``)."""
         keys = self._keys(topic)
         if self._strict:
             check_registered(topic, self._topics, self._queue)
         task_id = new_task_id() if task_id is None else check_task_id(task_id)
+        stored_group = self.group(topic, body, group)
         if self._shards.counts.get(topic) != 1:  # unresolved yet, or sharded
-            keys = await self._shards.route(topic, task_id)
+            keys = await self._shards.route(topic, task_id, stored_group)
         ttr_ms, attempts = task_overrides(ttr, max_attempts)
         replace = check_on_conflict(on_conflict)
         priority = check_priority(priority)
@@ -143,7 +151,7 @@ class Producer:
                     keys, task_id, absolute=absolute, value_ms=value_ms, max_attempts=attempts,
                     ttr_ms=ttr_ms, body=encode_headers(check_headers(given)) + data if given else data,
                     tolerance_ms=self._past_tolerance_ms, replace=replace, priority=priority,
-                    durable=self._durable,
+                    durable=self._durable, group=stored_group,
                 )  # fmt: skip
             except NotDurableError:
                 await self.announce_quietly(topic)  # the task is stored
@@ -174,6 +182,7 @@ class Producer:
         on_conflict: OnConflict = "keep",
         priority: int = 0,
         headers: Mapping[str, str] | None = None,
+        group: str | int | None = None,
     ) -> list[SendResult]:
         """Send many tasks to one topic, a script call per batch (see ``Queue.send_many``)."""
         keys = self._keys(topic)
@@ -195,13 +204,17 @@ class Producer:
         priority = check_priority(priority)
         adapter = self._adapter(topic)
         delays_ms = [to_millis(one_delay, name="delay") for one_delay in delays]
+        groups = [self.group(topic, body, group) for body in items]
         encoded = [encode_body(topic, body, adapter, self._max_body_bytes) for body in items]
+        grouped = any(g is not None for g in groups)
         order = schedule_order(ids, delays_ms)
         count = self._shards.counts.get(topic) or await self._shards.count(topic)
+        # A grouped task's shard follows its group (the group's limits hold in one shard).
+        routes = [g if g is not None else i for g, i in zip(groups, ids, strict=True)]
         if count > 1:  # one script call per shard (and batch), each share in schedule order
-            order.sort(key=lambda n: shard_of(ids[n], count))  # stable
+            order.sort(key=lambda n: shard_of(routes[n], count))  # stable
         sent_ids = [ids[n] for n in order]
-        parts = self._parts(topic, keys, sent_ids, count)
+        parts = self._parts(topic, keys, [routes[n] for n in order], count)
         given = check_headers(headers)
         statuses: list[int] = []
 
@@ -211,15 +224,19 @@ class Producer:
             fields: list[str | int | bytes] = []
             for n in order:
                 fields += (ids[n], delays_ms[n], prefix + encoded[n] if prefix else encoded[n])
+                if grouped:
+                    fields.append(groups[n] or NO_GROUP)
             statuses = []
             for shard, start, end in parts:
                 send = functools.partial(
                     self.scripts.send_many, shard, max_attempts=attempts, ttr_ms=ttr_ms,
                     tolerance_ms=self._past_tolerance_ms, priority=priority, replace=replace,
+                    grouped=grouped,
                 )  # fmt: skip
-                share = fields if len(parts) == 1 else fields[3 * start : 3 * end]
+                width = 4 if grouped else 3
+                share = fields if len(parts) == 1 else fields[width * start : width * end]
                 statuses += await self._store_batches(
-                    topic, send, share, sent_ids[start:end], batch_size
+                    topic, send, share, sent_ids[start:end], batch_size, width
                 )
 
         if self._hooks.send_hooks and ids:
@@ -232,11 +249,16 @@ class Producer:
         await self.announce_quietly(topic)
         return send_results(ids, order, statuses)
 
+    def group(self, topic: str, body: Any, group: str | int | None) -> str | None:
+        """The group of a task sent to ``topic`` (:func:`~delayq.groups.task_group`)."""
+        return task_group(self._options(topic) if self._options else None, body, group)
+
     def _parts(
         self, topic: str, keys: TopicKeys, sent_ids: list[str], count: int
     ) -> list[tuple[TopicKeys, int, int]]:
         """The shards ``send_many`` writes to, each with its share of ``sent_ids`` (grouped
-        by shard) as [start, end); one part, the whole, for an unsharded topic."""
+        by shard) as [start, end); one part, the whole, for an unsharded topic.  ``sent_ids``
+        are what routes each task: its id, or its group."""
         if count == 1:
             return [(keys, 0, len(sent_ids))]
         every = self._shards.of(topic, count)
@@ -256,11 +278,12 @@ class Producer:
         fields: list[str | int | bytes],
         sent_ids: list[str],
         batch_size: int,
+        width: int = 3,
     ) -> list[int]:
-        """Run send_many.lua (``send``) on ``fields`` in batches; returns each task's status,
-        in the order sent."""
+        """Run send_many.lua (``send``) on ``fields`` (``width`` a task) in batches; returns
+        each task's status, in the order sent."""
         batches = [
-            fields[3 * start : 3 * (start + batch_size)]
+            fields[width * start : width * (start + batch_size)]
             for start in range(0, len(sent_ids), batch_size)
         ]
         if self._durable is None and (len(batches) < 2 or len(set(sent_ids)) == len(sent_ids)):
@@ -284,9 +307,12 @@ class Producer:
         """Run cancel.lua (see ``Queue.cancel``; ``running``: abort a reserved task too) and
         tell the listeners.  A topic registered here with ``history=N`` (``results=``)
         passes it (a script else reads what its workers recorded)."""
-        keys = await self._shards.route(topic, task_id)
-        cancelled = await self.scripts.cancel(
-            keys, task_id, self._history(topic), self._results(topic), running=running
+        history, results = self._history(topic), self._results(topic)
+        cancelled = await self._shards.find(
+            topic,
+            task_id,
+            lambda keys: self.scripts.cancel(keys, task_id, history, results, running=running),
+            bool,
         )
         if cancelled and self._hooks.listeners:
             self._hooks.emit(TaskEvent("cancelled", topic, task_id))
@@ -301,10 +327,10 @@ class Producer:
         absolute = at is not None
         value_ms = to_epoch_millis(at) if at is not None else to_millis(delay or 0, name="delay")
         task_id = check_task_id(task_id)
-        status, when = await self.scripts.reschedule(
-            await self._shards.route(topic, task_id), task_id, absolute=absolute,
-            value_ms=value_ms, tolerance_ms=self._past_tolerance_ms,
-        )  # fmt: skip
+        status, when = await self._shards.find(topic, task_id, lambda keys: self.scripts.reschedule(
+            keys, task_id, absolute=absolute, value_ms=value_ms,
+            tolerance_ms=self._past_tolerance_ms,
+        ), lambda reply: reply[0] != 0)  # fmt: skip
         if status < 0:
             raise self.too_far_past(value_ms, when)
         return status == 1
@@ -360,34 +386,3 @@ async def send_overlapped(
         for call in in_flight:  # left by a failure: its batch may or may not be stored
             call.cancel()
         await asyncio.gather(*in_flight, return_exceptions=True)
-
-
-_created = functools.partial(str.__new__, SendResult)
-"""``SendResult(task_id)`` (outcome "created") without a Python-level call: a third of the cost."""
-
-
-def send_results(ids: list[str], order: list[int], statuses: list[int]) -> list[SendResult]:
-    """``send_many``'s results: a :class:`SendResult` per id, in the order of ``ids``, from
-    the scripts' statuses in the order sent (``ids[order[k]]`` got ``statuses[k]``)."""
-    if statuses.count(1) == len(ids):  # every task created: the common case
-        return list(map(_created, ids))
-    by_id = [0] * len(ids)
-    for n, status in zip(order, statuses, strict=True):
-        by_id[n] = status
-    # No -1 (too far past): send_many sends delays, which are never in the past.
-    return [SendResult(task_id, SEND_STATUS[s]) for task_id, s in zip(ids, by_id, strict=True)]
-
-
-def schedule_order(ids: list[str], delays_ms: list[int]) -> list[int]:
-    """The order in which ``send_many`` sends its tasks: by delay, then id, when the ids
-    are distinct (else as given, so that the first of two sends of one id still wins).
-
-    Redis keeps a schedule slot's entries ordered by (due time, id), and the scripts'
-    ``schedule_add`` (``_layout.lua``) inserts each slot's share in descending order, so
-    each insert stops at the front of the slot's listpack instead of walking it: 1,000
-    tasks with one delay cost Redis ~0.9 us less each.  Sorted input makes this sort linear.
-    """
-    order = range(len(ids))
-    if len(set(ids)) < len(ids):
-        return list(order)
-    return sorted(order, key=lambda n: (delays_ms[n], ids[n]))

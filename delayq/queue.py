@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis, RedisCluster
 
     from delayq.backoff import Backoff
+    from delayq.groups import GroupBy
     from delayq.redis.durability import Durability
     from delayq.results import TaskResult
     from delayq.task import SendResult
@@ -126,6 +127,8 @@ class Queue(QueueReads):
         self, name: str, *, ttr: Duration = 30.0, max_attempts: int = 5, history: int = 0, shards: int = 1,
         backoff: Backoff | None = None, rate_limit: str | None = None, max_running: int | None = None,
         results: Duration | None = None,
+        group_by: GroupBy | None = None, max_running_per_group: int | None = None,
+        rate_limit_per_group: str | None = None,
     ) -> TopicDecorator:  # fmt: skip
         """Register the decorated ``async def`` handler for topic ``name`` (one per topic):
         the decorator returns the handler's :class:`Topic` handle.  The other arguments are
@@ -138,13 +141,16 @@ class Queue(QueueReads):
         check_topic(name)
         options = topic_options(ttr=ttr, max_attempts=max_attempts, backoff=backoff, history=history,
                                 rate_limit=rate_limit, max_running=max_running, shards=shards,
-                                results=results)  # fmt: skip
+                                results=results,
+                                group_by=group_by, max_running_per_group=max_running_per_group,
+                                rate_limit_per_group=rate_limit_per_group)  # fmt: skip
         return topic_decorator(self.topics, self, self.name, name, options)
 
     def periodic(
         self, name: str, *, cron: str | None = None, every: Duration | None = None, tz: str | None = None,
         catch_up: CatchUp = "latest", ttr: Duration = 30.0, max_attempts: int = 5,
         backoff: Backoff | None = None, rate_limit: str | None = None, max_running: int | None = None,
+        max_running_per_group: int | None = None, rate_limit_per_group: str | None = None,
     ) -> Callable[[PeriodicHandler], Topic[None]]:  # fmt: skip
         """Register the decorated ``async def handler(task)`` to run on a schedule, each tick once
         across every worker (:class:`~delayq.ticks.PeriodicOptions`).  The options after ``catch_up``
@@ -162,7 +168,9 @@ class Queue(QueueReads):
         """
         options = PeriodicOptions(schedule(cron=cron, every=every, tz=tz), check_catch_up(catch_up))
         register = self.topic(name, ttr=ttr, max_attempts=max_attempts, backoff=backoff,
-                              rate_limit=rate_limit, max_running=max_running)  # fmt: skip
+                              rate_limit=rate_limit, max_running=max_running,
+                              max_running_per_group=max_running_per_group,
+                              rate_limit_per_group=rate_limit_per_group)  # fmt: skip
         return periodic_decorator(register, options)
 
     async def next_tick(self, topic: str) -> datetime | None:
@@ -205,6 +213,7 @@ class Queue(QueueReads):
         self, topic: str, body: Any, delay: Duration, *, task_id: str | None = None,
         ttr: Duration | None = None, max_attempts: int | None = None, priority: int = 0,
         on_conflict: OnConflict = "keep", headers: Mapping[str, str] | None = None,
+        group: str | int | None = None,
     ) -> SendResult:  # fmt: skip
         """Send a task that becomes due ``delay`` after Redis receives it (Redis's clock).
 
@@ -220,6 +229,7 @@ class Queue(QueueReads):
             priority: among due tasks of the topic, higher runs first (default 0).
             on_conflict: keep (default) or replace a live task with this id (:data:`~delayq.OnConflict`).
             headers: ``str -> str`` metadata for the handler (``task.headers``): 32, 4 KiB at most.
+            group: the task's group (a str or int; default: the topic's ``group_by``), see docs/controls.md.
 
         Returns:
             The task id, a :class:`~delayq.SendResult` whose ``outcome`` says what happened.
@@ -231,13 +241,13 @@ class Queue(QueueReads):
         """
         delay_ms = to_millis(delay, name="delay")
         return await self._parts.producer.send(topic, body, False, delay_ms, task_id, ttr, max_attempts,
-                                               on_conflict, priority, headers)  # fmt: skip
+                                               on_conflict, priority, headers, group)  # fmt: skip
 
     async def send_many(
         self, topic: str, bodies: Iterable[Any], *, delay: Duration | Sequence[Duration] = 0,
         task_ids: Iterable[str] | None = None, ttr: Duration | None = None, priority: int = 0,
         max_attempts: int | None = None, batch_size: int = 500, on_conflict: OnConflict = "keep",
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None, group: str | int | None = None,
     ) -> list[SendResult]:  # fmt: skip
         """Send many tasks to one topic with one round trip per batch.
 
@@ -262,20 +272,21 @@ class Queue(QueueReads):
         """
         return await self._parts.producer.send_many(
             topic, bodies, delay=delay, task_ids=task_ids, ttr=ttr, max_attempts=max_attempts,
-            batch_size=batch_size, on_conflict=on_conflict, priority=priority, headers=headers,
+            batch_size=batch_size, on_conflict=on_conflict, priority=priority, headers=headers, group=group,
         )  # fmt: skip
 
     async def send_at(
         self, topic: str, body: Any, at: datetime, *, task_id: str | None = None,
         ttr: Duration | None = None, max_attempts: int | None = None, priority: int = 0,
         on_conflict: OnConflict = "keep", headers: Mapping[str, str] | None = None,
+        group: str | int | None = None,
     ) -> SendResult:  # fmt: skip
         """Send a task due at the aware datetime ``at``; a time up to ``past_tolerance`` (5 s)
         in the past, judged on Redis's clock, runs at once, further in the past raises
         :class:`InvalidDurationError`.  Other arguments as in :meth:`send_delayed`."""
         at_ms = to_epoch_millis(at)
         return await self._parts.producer.send(topic, body, True, at_ms, task_id, ttr, max_attempts,
-                                               on_conflict, priority, headers)  # fmt: skip
+                                               on_conflict, priority, headers, group)  # fmt: skip
 
     async def cancel(self, topic: str, task_id: str, *, running: bool = False) -> bool:
         """Delete a delayed, ready or dead task: True if it existed and was removed; False if

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from delayq.fleet import WorkerInfo, live_workers
+from delayq.group_stats import GroupStats, groups
 from delayq.manage import dead_letters, get_task, replay, set_controls, topic_names, topic_stats
 from delayq.upcoming import Timeline, UpcomingPage, timeline, upcoming
 
@@ -77,6 +78,17 @@ class QueueReads:
         """How many tasks of ``topic`` fall due in each of the next ``windows`` (1..240) windows of
         ``window`` seconds, and how many are due already (Redis cost: O(windows * log(tasks))."""
         return await timeline(self.scripts, self.shards, topic, window=window, windows=windows)
+
+    async def groups(self, topic: str, limit: int = 20) -> list[GroupStats]:
+        """The ``limit`` (1..1000) groups of a grouped ``topic`` with the most ready tasks, each
+        with its delayed and running tasks and whether its cap or rate limit holds it back
+        now ([] for a topic without groups); of a sharded topic, its shards' top groups merged.
+        Costs Redis O(groups · log n) (every group is visited, up to 2,000 a shard a call).
+
+        Raises:
+            InvalidInputError: ``limit`` is not an int in [1, 1000].
+        """
+        return await groups(self.scripts, self.shards, topic, limit=limit)
 
     async def pause(self, topic: str) -> None:
         """Stop every worker of the queue from leasing ``topic``'s tasks from its next lease (leased

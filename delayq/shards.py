@@ -12,15 +12,17 @@ takes the recorded count.  An unsharded topic costs one read per process, nothin
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from delayq.errors import ShardCountError
 from delayq.redis.keys import TopicKeys, shard_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from delayq.redis.scripts import Scripts
+
+T = TypeVar("T")
 
 
 class ShardMap:
@@ -77,12 +79,38 @@ class ShardMap:
             found = self.counts[topic] = await self._resolve(topic)
         return found
 
-    async def route(self, topic: str, task_id: str) -> TopicKeys:
-        """The key names of the shard holding ``task_id`` (an id already validated)."""
+    async def route(self, topic: str, task_id: str, group: str | None = None) -> TopicKeys:
+        """The key names of the shard holding ``task_id`` (an id already validated), or,
+        for a task of a group, the shard of ``group`` (a group's tasks share one shard, so
+        its limits hold fleet-wide)."""
         count = self.counts.get(topic) or await self.count(topic)
         if count == 1:
             return self._keys(topic)
-        return self.of(topic, count)[shard_of(task_id, count)]
+        return self.of(topic, count)[shard_of(task_id if group is None else group, count)]
+
+    async def find(
+        self,
+        topic: str,
+        task_id: str,
+        call: Callable[[TopicKeys], Awaitable[T]],
+        found: Callable[[T], bool],
+    ) -> T:
+        """Run ``call`` (a script by id) on the shard of ``task_id``; on a sharded topic,
+        when ``found`` says it found nothing there, on the other shards in turn until one
+        does: a grouped task lives in its group's shard (:meth:`route`), which an id alone
+        does not tell.  Every such script writes nothing where the task is not."""
+        count = self.counts.get(topic) or await self.count(topic)
+        if count == 1:
+            return await call(self._keys(topic))
+        every = self.of(topic, count)
+        first = shard_of(task_id, count)
+        result = await call(every[first])
+        for k, keys in enumerate(every):
+            if found(result):
+                break
+            if k != first:
+                result = await call(keys)
+        return result
 
     async def every(self, topic: str) -> list[TopicKeys]:
         """The key names of every shard of ``topic``."""

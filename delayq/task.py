@@ -60,7 +60,8 @@ class Envelope:
     Redis stores the header (the six numbers) and the body apart (docs/keys.md); the
     scripts join them.  ``max_attempts`` and ``ttr_ms`` are 0 when the task follows its
     topic's defaults.  A task sent with a priority other than 0 has ``p<priority>`` between
-    the header and the body (a JSON body never starts with ``p``).  ``headers`` are the
+    the header and the body (a JSON body never starts with ``p``), and a task of a group
+    ``g<group>`` after that (a group holds no comma).  ``headers`` are the
     task's headers, stored in front of the body (:mod:`delayq.headers`) and split off here.
     """
 
@@ -73,6 +74,7 @@ class Envelope:
     body: bytes
     priority: int = 0
     headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)
+    group: str | None = None
 
     @classmethod
     def parse(cls, raw: bytes | str) -> Envelope:
@@ -90,6 +92,10 @@ class Envelope:
         if body.startswith(b"p"):
             tag, _, body = body.partition(b",")
             priority = int(tag[1:])
+        group = None
+        if body.startswith(b"g"):
+            tag, _, body = body.partition(b",")
+            group = tag[1:].decode()
         headers = NO_HEADERS
         if body[:1] == b"\x01":
             headers, body = split_headers(body)
@@ -103,6 +109,7 @@ class Envelope:
             body=body,
             priority=priority,
             headers=headers,
+            group=group,
         )
 
 
@@ -138,6 +145,8 @@ class TaskInfo(BaseModel):
     """Whether the task's topic is paused (``Queue.pause``): a ready task then waits."""
     headers: dict[str, str] = Field(default_factory=dict)
     """The headers sent with the task (empty for none)."""
+    group: str | None = None
+    """The task's group (``None``: none; docs/controls.md, "Groups")."""
 
 
 class TopicStats(BaseModel):
@@ -184,6 +193,7 @@ class Task(Generic[StateT]):
         state: what the queue's lifespan yielded in this worker (``None`` without one).
         priority: the priority it was sent with (0 by default).
         headers: the headers sent with the task (read-only; empty for none).
+        group: the task's group (``None``: it has none; docs/controls.md, "Groups").
     """
 
     __slots__ = (
@@ -191,6 +201,7 @@ class Task(Generic[StateT]):
         "attempt",
         "due_at",
         "enqueued_at",
+        "group",
         "headers",
         "id",
         "max_attempts",
@@ -216,6 +227,7 @@ class Task(Generic[StateT]):
         state: StateT = None,  # type: ignore[assignment]  # None when there is no lifespan
         priority: int = 0,
         headers: Mapping[str, str] = NO_HEADERS,
+        group: str | None = None,
     ) -> None:
         self.id = id
         self.topic = topic
@@ -229,6 +241,7 @@ class Task(Generic[StateT]):
         self.state = state
         self.priority = priority
         self.headers = headers
+        self.group = group
 
     async def extend(self, seconds: float) -> None:
         """Make the lease end ``seconds`` from now (it is never shortened), for long work.
@@ -303,5 +316,5 @@ def stored_task_info(
         max_attempts=envelope.max_attempts or max_attempts,
         ttr=(envelope.ttr_ms or ttr_ms) / 1000, body=body, last_error=error,
         lease_deadline=lease, dead_at=dead_at, paused=paused, priority=envelope.priority,
-        headers=dict(envelope.headers),
+        headers=dict(envelope.headers), group=envelope.group,
     )  # fmt: skip

@@ -25,6 +25,12 @@ from delayq.backoff import Backoff
 from delayq.bounds import bounded_int
 from delayq.duration import Duration, to_millis
 from delayq.errors import InvalidInputError, UnsupportedShardingError
+from delayq.groups import (
+    GroupBy,
+    check_group_by,
+    check_max_running_per_group,
+    parse_rate_per_group,
+)
 from delayq.limits import RateLimit, check_max_running
 from delayq.results import TaskResult, return_adapter, typed_result
 
@@ -67,7 +73,18 @@ class TopicOptions:
             Redis Cluster one topic uses every master (docs/cluster.md).  A task's shard is
             ``zlib.crc32(task_id) % shards``; order (due time, priority) holds per shard.
             Recorded in Redis: a process declaring another count while the topic holds
-            tasks gets :class:`~delayq.ShardCountError`.
+            tasks gets :class:`~delayq.ShardCountError`.  A grouped topic's shard is
+            chosen from the task's group instead, so a group's limits hold fleet-wide.
+        group_by: a body field's name, or a function ``body -> str | int``: the task's
+            group, computed when it is sent (a send's ``group=`` wins).  A grouped topic
+            leases its due tasks round-robin over groups, so one group's backlog never
+            starves another's (docs/controls.md, "Groups").  ``None``: no group, unless a
+            send gives one.
+        max_running_per_group: at most this many tasks of one group leased at once,
+            across every worker (``None``: no limit).
+        rate_limit_per_group: ``"N/s"``, ``"N/m"`` or ``"N/h"``: at most N starts of one
+            group in any such window, across every worker (``None``: no limit).  Both
+            group limits are enforced in Redis, alongside ``rate_limit`` and ``max_running``.
     """
 
     ttr_ms: int = 30_000
@@ -79,6 +96,18 @@ class TopicOptions:
     history: int = 0
     shards: int = 1
     results_ms: int = 0
+    group_by: GroupBy | None = None
+    max_running_per_group: int | None = None
+    rate_limit_per_group: RateLimit | None = None
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the topic's tasks are sent with a group (any group option set)."""
+        return (
+            self.group_by is not None
+            or self.max_running_per_group is not None
+            or self.rate_limit_per_group is not None
+        )
 
 
 MAX_HISTORY = 10_000_000
@@ -94,6 +123,9 @@ def topic_options(
     history: int,
     shards: int = 1,
     results: Duration | None = None,
+    group_by: object = None,
+    max_running_per_group: int | None = None,
+    rate_limit_per_group: str | None = None,
 ) -> TopicOptions:
     """Validate ``@queue.topic``'s options (``InvalidInputError``) into :class:`TopicOptions`."""
     shards = check_shards(shards)
@@ -111,6 +143,13 @@ def topic_options(
         history=check_history(history),
         shards=shards,
         results_ms=0 if results is None else to_millis(results, name="results", allow_zero=False),
+        group_by=check_group_by(group_by),
+        max_running_per_group=None
+        if max_running_per_group is None
+        else check_max_running_per_group(max_running_per_group),
+        rate_limit_per_group=None
+        if rate_limit_per_group is None
+        else parse_rate_per_group(rate_limit_per_group),
     )
 
 

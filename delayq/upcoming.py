@@ -128,6 +128,8 @@ async def upcoming(
     tasks = []
     for task_id, due_ms, header in rows:
         parts = header.split(",") if header else []
+        if parts and parts[-1][:1] == "g":  # a grouped task's header ends ",g<group>"
+            parts.pop()
         priority = parts.pop() if len(parts) == 7 and _PRIORITY.fullmatch(parts[6]) else "p0"
         readable = len(parts) == 6 and all(p.isdigit() for p in parts)
         task = UpcomingTask(

@@ -39,6 +39,7 @@ LEAVES = {
     "delayq.pacing",
     "delayq.topic",
     "delayq.limits",
+    "delayq.groups",
     "delayq.middleware",
     "delayq.ticks",
     "delayq.headers",

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 NAMES = ("send", "send_many", "reserve", "ack", "nack", "extend", "cancel", "reschedule",
          "replay", "get", "stats", "dead_letters", "upcoming", "timeline", "control", "tick",
-         "tick_state", "tick_look", "rollup", "shards", "clock")  # fmt: skip
+         "tick_state", "tick_look", "rollup", "shards", "clock", "groups")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -13,6 +13,8 @@ import delayq
 from delayq.cli.app import DEFAULT_NAME, queue_named
 from delayq.cli.fleet import periodic as _periodic
 from delayq.cli.fleet import workers as _workers
+from delayq.cli.groups import groups as _groups
+from delayq.cli.groups import groups_options
 from delayq.errors import AppImportError, ResultNotReadyError
 from delayq.queue import Queue
 from delayq.strict import strict_send_hook
@@ -285,6 +287,12 @@ def _result_options(result: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _dead_options(dead: argparse.ArgumentParser) -> None:
+    dead.add_argument("topic")
+    dead.add_argument("--replay", metavar="ID")
+    dead.add_argument("--limit", type=int, default=100)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``delayq`` command."""
     parser = argparse.ArgumentParser(prog="delayq", description="Delayed tasks on Redis.")
@@ -339,10 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{name} a topic Redis has never seen (no tasks, no stored state)",
         )  # fmt: skip
     _result_options(command("result", _result, "show a finished task's result", app_required=False))
-    dead = command("dead", _dead, "list or replay dead letters", app_required=False)
-    dead.add_argument("topic")
-    dead.add_argument("--replay", metavar="ID")
-    dead.add_argument("--limit", type=int, default=100)
+    _dead_options(command("dead", _dead, "list or replay dead letters", app_required=False))
+    groups_options(command("groups", _groups, "count a grouped topic's tasks by group", False))
     web = command("web", _web, "serve the HTTP API and dashboard", app_required=False)
     _web_options(web)
     _metrics_arguments(web)

@@ -175,15 +175,19 @@ class TaskScripts:
         replace: bool = False,
         priority: int = 0,
         durable: DurableSender | None = None,
+        group: str | None = None,
     ) -> tuple[int, int]:
         """Run send.lua. Returns (status, due or now ms): 1 stored, 0 id already live (kept),
-        2 replaced (``replace``), 3 not replaced: reserved, -1 too far past."""
+        2 replaced (``replace``), 3 not replaced: reserved, -1 too far past.  A task of a
+        ``group`` waits in its group (``_groups.lua``)."""
         args: tuple[str | int | bytes, ...] = (
             task_id, "a" if absolute else "d", value_ms, max_attempts, ttr_ms, body,
             tolerance_ms, keys.wake_publish,
         )  # fmt: skip
-        if replace or priority:  # a plain send carries neither (see send.lua)
+        if replace or priority or group is not None:  # a plain send carries none (send.lua)
             args += ("replace" if replace else "keep", priority)
+        if group is not None:
+            args += (group,)
         reply = await self._write(
             "send",
             send_keys(keys) if replace else waiting_keys(keys),
@@ -205,17 +209,19 @@ class TaskScripts:
         priority: int = 0,
         replace: bool = False,
         durable: DurableSender | None = None,
+        grouped: bool = False,
     ) -> list[int]:
-        """Run send_many.lua on three fields per task (id, delay ms, body), every task with
-        the same ``max_attempts``, ``ttr_ms`` (0 = the topic's default) and ``priority``;
-        ``replace`` passes the reserved key, which asks the script to replace live tasks.
-        Returns a status per task (as ``send``)."""
+        """Run send_many.lua on three fields per task (id, delay ms, body), or four with
+        ``grouped`` (the group last), every task with the same ``max_attempts``, ``ttr_ms``
+        (0 = the topic's default) and ``priority``; ``replace`` passes the reserved key,
+        which asks the script to replace live tasks.  Returns a status per task (as ``send``)."""
+        width, mode = (4, "dg") if grouped else (3, "d")
         reply = await self._write(
             "send_many",
             send_keys(keys) if replace else waiting_keys(keys),
-            (tolerance_ms, keys.wake_publish, "d", max_attempts, ttr_ms, priority, *fields),
+            (tolerance_ms, keys.wake_publish, mode, max_attempts, ttr_ms, priority, *fields),
             durable,
-            ids=[str(v) for v in fields[::3]],  # ids are str (checked by the queue)
+            ids=[str(v) for v in fields[::width]],  # ids are str (checked by the queue)
             touch_key=keys.seq,
         )
         return [_int(status) for status in reply]

@@ -2,7 +2,7 @@
 
 :class:`Scripts` is the scripts of a task's life (:class:`~delayq.redis.lifecycle.TaskScripts`)
 plus those that look tasks up and manage them: cancel, reschedule, replay, get, stats, dead
-letters, the upcoming schedule, controls and periodic ticks.
+letters, the upcoming schedule, a grouped topic's groups, controls and periodic ticks.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from delayq.redis.lifecycle import (
     waiting_keys,
 )
 from delayq.redis.replies import Counts, Found
+from delayq.redis.source import lua_source, test_clock_on
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -75,6 +76,17 @@ class Scripts(TaskScripts):
         whether it keeps results)."""
         reply = await self._run("result", (keys.prefix, keys.dead), (task_id, min(kept, 1)))
         return _int(reply[0]), reply[1] if len(reply) > 1 else None
+
+    MANAGEMENT = ("groups",)
+    """The scripts registered here rather than in ``TaskScripts.load`` (read by operators)."""
+
+    def load(self) -> None:
+        """Register the task scripts, then :attr:`MANAGEMENT`'s (under a test clock, the copies
+        that read it)."""
+        super().load()
+        clocked = test_clock_on()
+        for name in self.MANAGEMENT:
+            self._scripts[name] = self._client.register_script(lua_source(name, test_clock=clocked))
 
     async def dead_bulk(
         self, keys: TopicKeys, mode: Literal["replay", "delete"], most: int, history: int = 0
@@ -207,6 +219,20 @@ class Scripts(TaskScripts):
         )
         counts = [(_int(reply[i]), bool(_int(reply[i + 1]))) for i in range(1, len(reply), 2)]
         return _int(reply[0]), counts[0], counts[1:]
+
+    async def groups(
+        self, keys: TopicKeys, *, limit: int, visit: int
+    ) -> tuple[bool, list[tuple[str, int, int, int, bool]]]:
+        """Run groups.lua: visit at most ``visit`` groups of the topic and return the ``limit``
+        with the most ready tasks.  Returns (whether every group was visited, [(group, ready,
+        delayed, running, limited), ...]), most ready first."""
+        reply = await self._run("groups", (keys.prefix, keys.controls), (limit, visit))
+        rows = [
+            (_text(reply[i]), _int(reply[i + 1]), _int(reply[i + 2]), _int(reply[i + 3]),
+             bool(_int(reply[i + 4])))
+            for i in range(2, len(reply), 5)
+        ]  # fmt: skip
+        return bool(_int(reply[1])), rows
 
     async def tick(
         self,

@@ -64,7 +64,7 @@ QUERY = {
     "cancel": ("running",),
 }
 """The query parameters each endpoint takes (any other is refused)."""
-SEND_FIELDS = ("topic", "task_id", "delay", "at", "ttr", "max_attempts", "body")
+SEND_FIELDS = ("topic", "task_id", "delay", "at", "ttr", "max_attempts", "body", "group")
 """The fields a send's errors may name."""
 HISTORY_SCAN = 10_000
 """Most history records a task lookup searches for a finished task (newest first)."""
@@ -220,6 +220,7 @@ class Api:
         options: dict[str, Any] = {
             "task_id": request.task_id, "ttr": request.ttr, "headers": request.headers,
             "max_attempts": request.max_attempts, "on_conflict": request.on_conflict,
+            "group": request.group,
         }  # fmt: skip
         try:
             if at is None:

@@ -17,6 +17,7 @@ from delayq.web.auth import Tokens
 from delayq.web.dashboard import install as install_dashboard
 from delayq.web.endpoint import routes as per_task_routes
 from delayq.web.errors import ApiError, install, response_for
+from delayq.web.groups import router as groups_router
 from delayq.web.operate import Operate
 from delayq.web.results import router as results_router
 from delayq.web.workers import router as workers_router
@@ -77,12 +78,14 @@ def create_app(
     app.include_router(api.router())
     app.include_router(workers_router(queue, api.tokens))
     app.include_router(results_router(queue, api.tokens))
+    app.include_router(groups_router(queue, api.tokens))
     install_dashboard(app)
     documented = [
         *operate.router().routes,
         *api.router(documented=True).routes,
         *workers_router(queue, api.tokens).routes,
         *results_router(queue, api.tokens).routes,
+        *groups_router(queue, api.tokens).routes,
     ]
     document: dict[str, Any] = {}
 

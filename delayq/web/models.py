@@ -53,6 +53,12 @@ class SendRequest(Request):
         description="When `task_id` is still waiting: `keep` it, or `replace` its body, due "
         "time and options (debounce).  A running task is never touched.",
     )
+    group: str | int | None = Field(
+        None,
+        description="The task's group (1-128 bytes, no comma or control character): a "
+        "grouped topic runs its groups round-robin, within its per-group limits.  Omitted: "
+        "what the serving process's `group_by` gives, if it registered the topic grouped.",
+    )
 
 
 class SendReply(BaseModel):

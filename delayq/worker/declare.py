@@ -1,4 +1,6 @@
-"""A worker's start: store the limits its topics declare, for the whole fleet to enforce.
+"""A worker's start: store the limits its topics declare, for the whole fleet to enforce
+(``max_running_per_group`` and ``rate_limit_per_group`` too, as ``group_max_running`` and
+``group_rate_limit``).
 
 ``rate_limit`` and ``max_running`` are options of ``@queue.topic``, but they must hold across
 every worker, so ``reserve.lua`` reads them from the topic's ``controls`` hash in Redis,
@@ -24,10 +26,14 @@ log = logging.getLogger("delayq.worker")
 
 def declared(topic: Topic[Any]) -> dict[str, str]:
     """The control fields ``topic``'s options declare ('' clears one)."""
-    rate, running = topic.options.rate_limit, topic.options.max_running
+    options = topic.options
+    rate, running = options.rate_limit, options.max_running
+    group_rate, group_running = options.rate_limit_per_group, options.max_running_per_group
     return {
         "rate_limit": rate.text if rate is not None else "",
         "max_running": str(running) if running is not None else "",
+        "group_rate_limit": group_rate.text if group_rate is not None else "",
+        "group_max_running": str(group_running) if group_running is not None else "",
     }
 
 
@@ -36,6 +42,10 @@ async def declare_limits(queue: TaskSource, topics: Iterable[Topic[Any]]) -> Non
     that changed anything), and log the change."""
     for topic in topics:
         fields = declared(topic)
+        # A grouped topic's groups may live in any of its shards: each holds the settings.
+        every = queue.shard_keys(topic.name) if topic.options.grouped else []
+        for keys in every[1:]:
+            await queue.scripts.control(keys, fields)
         if await queue.scripts.control(queue.keys(topic.name), fields):
             shown = ", ".join(f"{k}={v or 'none'}" for k, v in fields.items())
             log.info("topic %r: %s now holds for every worker of the queue", topic.name, shown)

@@ -131,8 +131,7 @@ class Executor:
             due_at=from_millis(envelope.due_ms), enqueued_at=from_millis(envelope.enqueued_ms),
             ttr=(envelope.ttr_ms or topic.options.ttr_ms) / 1000, token=envelope.token,
             extend=lambda seconds: self._extend(d, seconds), state=self.state,
-            priority=envelope.priority,
-            headers=envelope.headers,
+            priority=envelope.priority, headers=envelope.headers, group=envelope.group,
         )  # fmt: skip
         d.started = self.now()
         if self._reporter.listening:

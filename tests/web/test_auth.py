@@ -16,6 +16,7 @@ from delayq.web.api import Api, name
 from delayq.web.app import DelayqApp
 from delayq.web.auth import SCOPES
 from delayq.web.endpoint import routes as per_task_routes
+from delayq.web.groups import router as groups_router
 from delayq.web.operate import Operate
 from delayq.web.workers import router as workers_router
 from tests.web.conftest import TOKENS, auth, tokens
@@ -147,6 +148,7 @@ def test_every_served_route_is_in_the_openapi_document(app: DelayqApp, queue: Qu
             *per_task_routes(api),
             *api.router().routes,
             *workers_router(queue, tokens()).routes,
+            *groups_router(queue, tokens()).routes,
             *operate,
         ]
         if isinstance(route, (Route, APIRoute))

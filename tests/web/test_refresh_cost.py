@@ -33,6 +33,7 @@ TOPIC = [
     "topics/{t}/activity",
     "topics/{t}/history?limit=20",
     "topics/{t}/running?limit=20",
+    "topics/{t}/groups?limit=20",
 ]
 """What app.js requests per refresh (overview; topic page)."""
 

@@ -3,7 +3,9 @@
 --   "<attempts>,<token>,<max_attempts>,<ttr_ms>,<enqueued_ms>,<due_ms>"
 -- and, for a task sent with a priority other than 0 only, ",p<priority>" after it (so a
 -- task without one costs no byte more; a body never starts with 'p', so the envelope
--- "header,body" stays unambiguous).
+-- "header,body" stays unambiguous); then, for a task of a group only (_groups.lua),
+-- ",g<group>" (the group is the rest of the header: it holds no comma, and a body never
+-- starts with 'g').
 -- max_attempts and ttr_ms are 0 when the task uses its topic's defaults; the caller then
 -- passes the consuming worker's defaults in ARGV.  The body is stored apart, so a script
 -- rewrites attempts/token/due without ever reading or decoding the body.
@@ -39,20 +41,34 @@ local function now_ms()
 end
 
 -- Returns a table of the header fields, or nil for an unreadable string.
+-- `group` is nil for a task of no group.
 local function parse_header(raw)
   local attempts, token, max_attempts, ttr, enqueued, due =
     string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
-  local priority = '0'
+  local priority, group = '0', nil
   if not attempts then
-    attempts, token, max_attempts, ttr, enqueued, due, priority =
-      string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),p(%-?%d+)$')
+    local rest
+    attempts, token, max_attempts, ttr, enqueued, due, rest =
+      string.match(raw, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(.+)$')
     if not attempts then
       return nil
     end
+    local p, g = string.match(rest, '^p(%-?%d+)$'), nil
+    if not p then
+      p, g = string.match(rest, '^p(%-?%d+),g([^,]*)$')
+      if not p then
+        g = string.match(rest, '^g([^,]*)$')
+        if not g then
+          return nil
+        end
+      end
+    end
+    priority, group = p or '0', g
   end
   return {
     attempts = tonumber(attempts), token = token, max_attempts = tonumber(max_attempts),
     ttr = tonumber(ttr), enqueued = enqueued, due = tonumber(due), priority = tonumber(priority),
+    group = group,
   }
 end
 
@@ -64,6 +80,9 @@ local function format_header(e)
   if e.priority ~= 0 then
     header = header .. string.format(',p%d', e.priority)
   end
+  if e.group then
+    header = header .. ',g' .. e.group
+  end
   return header
 end
 
@@ -72,10 +91,18 @@ end
 -- cost them several microseconds per task.
 
 -- The lease token of a header, or nil for an unreadable header.  (A header with a priority
--- takes the second match: a task without one pays nothing for it.)
+-- or a group takes a later match: a task without one pays nothing for it.)
 local function header_token(raw)
   return string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+$')
     or string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+,p%-?%d+$')
+    or string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+,g[^,]*$')
+    or string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+,p%-?%d+,g[^,]*$')
+end
+
+-- The group of a header that header_token read (nil: none).  Only called where the
+-- header did not match the plain form.
+local function header_group(raw)
+  return string.match(raw, ',g([^,]*)$')
 end
 
 -- The header of a task being leased (attempts + 1, fencing token `token`) and its ttr ms
@@ -85,7 +112,10 @@ local function leased_header(raw, token)
   if not attempts then
     attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+,p%-?%d+)$')
     if not attempts then
-      return nil
+      attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+,[pg].*)$')
+      if not attempts or not header_token(raw) then
+        return nil
+      end
     end
   end
   return string.format('%d,%d,', attempts + 1, token) .. rest, tonumber(ttr)

@@ -1,4 +1,4 @@
--- _replace.lua: on_conflict 'replace' (debounce), inlined after _layout and _priority into
+-- _replace.lua: on_conflict 'replace' (debounce), inlined after _layout, _priority and _groups into
 -- send.lua and send_many.lua, so that one send and a batch replace a task the same way.
 -- A live task that still waits (delayed or ready) is taken out of where it waits, then
 -- stored and scheduled anew by the caller, as a new send would be (new header: attempts 0,
@@ -13,6 +13,9 @@
 local function waiting_place(prefix, wheel, pk, id, e)
   if not e then
     return nil, false
+  end
+  if e.group then
+    return nil, grp().due(grp().keys(prefix), e.group, id, e.priority) ~= nil
   end
   if e.priority == 0 then
     local slot = slot_of(prefix, wheel, id, e.due)
@@ -29,7 +32,9 @@ local function unwait(prefix, wheel, pk, id, e, slot, waiting)
     forget_if_empty(prefix, wheel, slot)
     return 1
   end
-  if waiting then
+  if waiting and e.group then
+    grp().remove(grp().keys(prefix), e.group, id, e.priority)
+  elseif waiting then
     prio().remove(pk, id, e.due, e.priority)
   end
   return 0

@@ -11,11 +11,14 @@
 --   when ARGV[3] ~= 0, the result: '' (none), 'v' .. the return value's JSON, or 'e' .. why
 --   it was not stored
 -- Returns: {r1, r2, ...} with 1 for an acked task, 0 where the lease was lost to another worker.
--- Wakes the topic's workers when one waits for a place under max_running (_controls.lua).
+-- Wakes the topic's workers when one waits for a place under max_running (_controls.lua),
+-- or when a group waits for a place under max_running_per_group (_groups.lua).
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 --@include _layout
+--@include _controls
+--@include _groups
 --@include _history
 --@include _results
 local prefix, reserved, errors, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -42,6 +45,19 @@ for i = 4, #ARGV, step do
     headers[#ids], bodies[#ids] = read_task(prefix, ARGV[i])
   else
     headers[#ids] = read_header(prefix, ARGV[i])
+  end
+end
+-- A grouped task (",g" is in no other header: a plain ack pays one find a task) frees its
+-- group's place: its keys are checked before the first lease is removed.
+local grouped, checked = {}, false
+for n = 1, #ids do
+  grouped[n] = headers[n] and string.find(headers[n], ',g', 1, true) ~= nil
+  if grouped[n] and not checked then
+    checked = true
+    bad = check_types(grp().kinds(grp().keys(prefix), {}))
+    if bad then
+      return bad
+    end
   end
 end
 -- A task whose header carries the token is acked if its lease is still in `reserved`: ZREM
@@ -72,6 +88,12 @@ end
 if #done > 0 then
   for _, id in ipairs(done) do
     delete_task(prefix, id)
+  end
+  -- A grouped task's lease frees its place in its group.
+  for n in ipairs(ids) do
+    if out[n] == 1 and grouped[n] then
+      waiting = grp().release(grp().keys(prefix), header_group(headers[n])) or waiting
+    end
   end
   redis.call('HDEL', errors, unpack(done))
   history_add(prefix, cap, records)

@@ -19,6 +19,7 @@
 --@include _envelope
 --@include _layout
 --@include _priority
+--@include _groups
 --@include _history
 --@include _results
 local prefix, wheel, dead, errors, reserved = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -46,10 +47,19 @@ end
 local raw, body = read_task(prefix, id)
 local e = raw and parse_header(raw)
 local removed, err = 1, ''
--- The header says when the task is due, and so which slot may hold it.
-if e and e.priority ~= 0 and prio().remove(pk, id, e.due, e.priority) then
+-- The header says when the task is due, and so which slot may hold it (or its group).
+local gk = e and e.group and grp().keys(prefix)
+if gk then
+  bad = check_types(grp().kinds(gk, { [grp().queue(gk, e.group)] = 'zset' }))
+  if bad then
+    return bad
+  end
+end
+if gk and grp().remove(gk, e.group, id, e.priority) then
+  -- (a grouped task waits in its group's queue, outside the schedule)
+elseif not gk and e and e.priority ~= 0 and prio().remove(pk, id, e.due, e.priority) then
   -- (a priority task waits outside the schedule, and its count)
-elseif e and e.priority == 0 and schedule_remove(prefix, wheel, id, e.due) then
+elseif not gk and e and e.priority == 0 and schedule_remove(prefix, wheel, id, e.due) then
   schedule_changed(prefix, wheel, -1)
 elseif redis.call('ZREM', dead, id) == 1 then
   -- (a dead letter)
@@ -57,8 +67,10 @@ elseif raw and reserved and redis.call('ZREM', reserved, id) == 1 then
   -- Running: the lease is gone with the task, as if acked; its holder is told to stop.
   local channel = ARGV[4]
   publish(channel, 'abort:' .. (e and e.token or '') .. ':' .. id)
-  if redis.call('HDEL', KEYS[6], 'full') == 1 then
-    publish(channel, 0)  -- a worker waits for a place under max_running (_controls.lua)
+  -- A worker waits for a place under max_running (_controls.lua), or for one in the group.
+  local freed = gk and grp().release(gk, e.group)
+  if redis.call('HDEL', KEYS[6], 'full') == 1 or freed then
+    publish(channel, 0)
   end
   removed, err = 2, 'Aborted: cancelled while running (attempt ' .. (e and e.attempts or '?') .. ')'
 else

@@ -18,15 +18,32 @@ for i = 2, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
 end
 local before = redis.call('HMGET', controls, unpack(fields))
-local changed = 0
+local changed, cap_changed = 0, false
 for k, field in ipairs(fields) do
   local value = ARGV[2 * k + 1]
+  local was = changed
   if value == '' then
     changed = changed + redis.call('HDEL', controls, field)
   elseif before[k] ~= value then
     redis.call('HSET', controls, field, value)
     changed = changed + 1
   end
+  cap_changed = cap_changed or (field == 'group_max_running' and changed > was)
+end
+-- A changed max_running_per_group: the groups waiting at their cap (_groups.lua) are
+-- looked at again by the next reserve (a raised cap lets them lease at once).
+if cap_changed then
+  local full = string.sub(controls, 1, -9) .. 'grp:full'  -- <prefix>controls -> <prefix>grp:full
+  local groups = redis.call('ZRANGE', full, 0, -1)
+  for i = 1, #groups, 1000 do
+    local adds = {}
+    for k = i, math.min(i + 999, #groups) do
+      adds[#adds + 1] = 0
+      adds[#adds + 1] = groups[k]
+    end
+    redis.call('ZADD', string.sub(controls, 1, -9) .. 'grp:wait', unpack(adds))
+  end
+  redis.call('DEL', full)
 end
 if changed > 0 then
   publish(channel, 0)

@@ -12,6 +12,7 @@
 --@include _envelope
 --@include _layout
 --@include _priority
+--@include _groups
 --@include _history
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
@@ -35,7 +36,7 @@ if #ids == 0 then
   return 0
 end
 local now = now_ms()
-local plain, prioritized, headers, records = {}, {}, {}, {}
+local plain, prioritized, headers, records, grouped = {}, {}, {}, {}, {}
 for _, id in ipairs(ids) do
   local raw, body = read_task(prefix, id)
   local e = raw and parse_header(raw)
@@ -43,7 +44,9 @@ for _, id in ipairs(ids) do
     e.attempts = 0
     e.due = now
     headers[#headers + 1] = { id, format_header(e) }
-    if e.priority == 0 then
+    if e.group then
+      grouped[#grouped + 1] = { id, e.priority, e.group }
+    elseif e.priority == 0 then
       plain[#plain + 1] = now
       plain[#plain + 1] = id
     else
@@ -62,6 +65,20 @@ end
 if #plain > 0 then
   wake_if_earliest(schedule_add(prefix, wheel, plain), channel, now)
   schedule_changed(prefix, wheel, #plain / 2)
+end
+if #grouped > 0 then
+  local gk = grp().keys(prefix)
+  local kinds = grp().kinds(gk, {})
+  for _, g in ipairs(grouped) do
+    kinds[grp().queue(gk, g[3])] = 'zset'
+  end
+  bad = check_types(kinds)
+  if bad then
+    return bad
+  end
+  for _, g in ipairs(grouped) do
+    wake_if_earliest(grp().add(gk, g[3], { now, grp().member(g[1], g[2]) }), channel, now)
+  end
 end
 for _, p in ipairs(prioritized) do
   wake_if_earliest(prio().add(pk, p[1], now, p[2]), channel, now)

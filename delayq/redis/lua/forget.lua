@@ -21,6 +21,8 @@ end
 local scheduled = tonumber(redis.call('HGET', meta, 'scheduled')) or redis.call('ZCARD', wheel)
 local holds = scheduled > 0 or lease_count(reserved) > 0 or redis.call('ZCARD', dead) > 0
   or redis.call('EXISTS', prio_keys(prefix).index) == 1
+  or redis.call('EXISTS', prefix .. 'grp:all', prefix .. 'grp:run', prefix .. 'grp:ring',
+    prefix .. 'grp:wait', prefix .. 'grp:full') > 0
 if holds or (mode == 'idle' and redis.call('EXISTS', controls) == 1) then
   redis.call('HDEL', meta, 'idle')
   return 0
@@ -42,4 +44,7 @@ if mode == 'idle' then
   end
 end
 redis.call('DEL', unpack(KEYS, 2))
+-- A grouped topic's keys (_groups.lua; its queues, once empty, are gone, and its rate
+-- windows expire).
+redis.call('DEL', prefix .. 'grp:turn')
 return 1

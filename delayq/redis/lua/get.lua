@@ -9,6 +9,7 @@
 --   or time of death, matching the state; paused is 1 when the topic is paused, else 0.
 --@include _envelope
 --@include _layout
+--@include _groups
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local controls, prio = KEYS[6], prio_keys(KEYS[1]).index
 local id = ARGV[1]
@@ -23,8 +24,9 @@ end
 local now = now_ms()
 local e = parse_header(raw)
 local state, score
-local waiting = e and (e.priority == 0 and slot_of(prefix, wheel, id, e.due)
-  or e.priority ~= 0 and redis.call('ZSCORE', prio, id))
+local waiting = e and (e.group and grp().due(grp().keys(prefix), e.group, id, e.priority)
+  or not e.group and (e.priority == 0 and slot_of(prefix, wheel, id, e.due)
+  or e.priority ~= 0 and redis.call('ZSCORE', prio, id)))
 if waiting then
   score = e.due
   state = score <= now and 'ready' or 'delayed'

@@ -20,6 +20,7 @@
 --@include _layout
 --@include _controls
 --@include _priority
+--@include _groups
 --@include _history
 --@include _results
 local prefix, wheel, reserved, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -44,6 +45,20 @@ local e = raw and parse_header(raw)
 if not e or e.token ~= token or not redis.call('ZSCORE', reserved, id) then
   return { 0 }
 end
+local gk = nil  -- a grouped task's keys (_groups.lua): its lease frees a place in its group
+if e.group then
+  gk = grp().keys(prefix)
+  bad = check_types(grp().kinds(gk, { [grp().queue(gk, e.group)] = 'zset' }))
+  if bad then
+    return bad
+  end
+end
+-- Wake the workers when the group waited for this place.
+local function group_freed()
+  if gk and grp().release(gk, e.group) then
+    publish(channel, 0)
+  end
+end
 local now = now_ms()
 local limit = e.max_attempts > 0 and e.max_attempts or default_max
 if mode == 'dead' or (mode == 'retry' and e.attempts >= limit) then
@@ -61,6 +76,7 @@ if mode == 'dead' or (mode == 'retry' and e.attempts >= limit) then
       e.attempts, err, '')
   end
   place_freed(controls, channel)
+  group_freed()
   return { 2, now }
 end
 
@@ -69,7 +85,10 @@ if mode == 'release' then
   e.attempts = math.max(e.attempts - 1, 0)
   due = now
 end
-if e.priority == 0 then
+if gk then
+  group_freed()
+  wake_if_earliest(grp().add(gk, e.group, { due, grp().member(id, e.priority) }), channel, due)
+elseif e.priority == 0 then
   wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
   schedule_changed(prefix, wheel, 1)
 else

@@ -7,6 +7,7 @@
 --@include _envelope
 --@include _layout
 --@include _priority
+--@include _groups
 local prefix, wheel, dead, errors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local id, channel = ARGV[1], ARGV[2]
@@ -29,7 +30,14 @@ if not e or not body then
   return 0
 end
 local now = now_ms()
-if e.priority == 0 then
+if e.group then
+  local gk = grp().keys(prefix)
+  bad = check_types(grp().kinds(gk, { [grp().queue(gk, e.group)] = 'zset' }))
+  if bad then
+    return bad
+  end
+  wake_if_earliest(grp().add(gk, e.group, { now, grp().member(id, e.priority) }), channel, now)
+elseif e.priority == 0 then
   wake_if_earliest(schedule_add(prefix, wheel, { now, id }), channel, now)
   schedule_changed(prefix, wheel, 1)
 else

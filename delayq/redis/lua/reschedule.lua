@@ -8,6 +8,7 @@
 --@include _envelope
 --@include _layout
 --@include _priority
+--@include _groups
 local prefix, wheel = KEYS[1], KEYS[2]
 local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
 local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -19,8 +20,13 @@ if bad then
 end
 local raw = read_header(prefix, id)
 local e = raw and parse_header(raw)
-local slot = e and e.priority == 0 and slot_of(prefix, wheel, id, e.due)
-if not slot and not (e and e.priority ~= 0 and prio().due(pk, id)) then
+local gk = e and e.group and grp().keys(prefix)
+local slot = e and not gk and e.priority == 0 and slot_of(prefix, wheel, id, e.due)
+if gk then
+  if not grp().due(gk, e.group, id, e.priority) then
+    return { 0 }
+  end
+elseif not slot and not (e and e.priority ~= 0 and prio().due(pk, id)) then
   return { 0 }
 end
 local now = now_ms()
@@ -28,7 +34,13 @@ local due = due_time(now, mode, value, tolerance)
 if not due then
   return { -1, now }
 end
-if slot then
+if gk then
+  bad = check_types(grp().kinds(gk, {}))
+  if bad then
+    return bad
+  end
+  grp().remove(gk, e.group, id, e.priority)
+elseif slot then
   bad = check_slots(prefix, wheel, due, due)
   if bad then
     return bad
@@ -40,7 +52,9 @@ else
 end
 e.due = due
 redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
-if slot then
+if gk then
+  wake_if_earliest(grp().add(gk, e.group, { due, grp().member(id, e.priority) }), channel, due)
+elseif slot then
   wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
 else
   wake_if_earliest(prio().add(pk, id, due, e.priority), channel, due)

@@ -31,12 +31,17 @@
 --   Due tasks with a priority above 0 are leased before the schedule's, those below 0
 --   after; until every priority task that came due is in the lease order (at most 1,000
 --   move a call), nothing is leased and next_ms is now.
+--   Grouped tasks (_groups.lua) are leased round-robin over their groups, one task of each
+--   group a turn, within max_running_per_group and rate_limit_per_group; the ungrouped
+--   tasks of a grouped topic (sent by a process that did not register it) take one turn of
+--   the round as if they were one more group.
 -- allow-oom: finishing, retrying or moving tasks frees or keeps memory, and a full Redis
 -- must still be drainable; only sends are refused when Redis is at maxmemory.
 --@include _envelope
 --@include _layout
 --@include _controls
 --@include _priority
+--@include _groups
 --@include _history
 --@include _results
 local prefix, wheel, reserved, dead, errors, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -48,12 +53,18 @@ local bad = check_types({ [wheel] = 'zset', [reserved] = 'zset', [dead] = 'zset'
 if bad then
   return bad
 end
--- A plain topic has neither controls nor priority tasks: one EXISTS a call is all it pays
--- for them.
-local ctl, has_prio = nil, false
-if redis.call('EXISTS', controls, pk.index) > 0 then
-  if redis.call('EXISTS', controls) == 1 then
+-- A plain topic has neither controls, priority tasks nor groups: one EXISTS a call is all
+-- it pays for them.
+local ctl, has_prio, gk, gs = nil, false, nil, nil
+if redis.call('EXISTS', controls, pk.index, prefix .. 'grp:ring', prefix .. 'grp:wait') > 0 then
+  local has_controls = redis.call('EXISTS', controls) == 1
+  if has_controls then
     ctl, bad = read_controls(controls, starts)
+  end
+  if not bad and redis.call('EXISTS', prefix .. 'grp:ring', prefix .. 'grp:wait') > 0 then
+    gk = grp().keys(prefix)
+    gs, bad = grp().settings(controls)
+    bad = bad or check_types(grp().kinds(gk, {}))
   end
   has_prio = redis.call('EXISTS', pk.index) == 1
   bad = bad or (has_prio and check_types({ [pk.index] = 'zset', [pk.ready] = 'zset',
@@ -132,6 +143,25 @@ if #expired > 0 and not has_prio then
     return bad
   end
 end
+local reclaim_gk = gk
+for i = 1, #expired do
+  -- A reclaimed task of a group frees its slot there and waits in its group again.
+  local g = headers[i] and header_group(headers[i])
+  if g and not reclaim_gk then
+    reclaim_gk = grp().keys(prefix)
+    gs, bad = grp().settings(controls)
+    bad = bad or check_types(grp().kinds(reclaim_gk, {}))
+    if bad then
+      return bad
+    end
+  end
+  if g then
+    bad = check_types({ [grp().queue(reclaim_gk, g)] = 'zset' })
+    if bad then
+      return bad
+    end
+  end
+end
 if #expired > 0 then
   redis.call('ZREMRANGEBYRANK', reserved, 0, #expired - 1)
 end
@@ -140,6 +170,9 @@ for i, id in ipairs(expired) do
   local raw = headers[i]
   if raw then
     local e = parse_header(raw)
+    if e and e.group then
+      grp().release(reclaim_gk, e.group)
+    end
     if not e then
       bury_corrupt(id)
     else
@@ -162,7 +195,9 @@ for i, id in ipairs(expired) do
         e.due = now
         redis.call('HSET', bucket_of(prefix, id), id, format_header(e))
         redis.call('HSET', errors, id, reason)
-        if e.priority == 0 then
+        if e.group then
+          grp().add(reclaim_gk, e.group, { now, grp().member(id, e.priority) })
+        elseif e.priority == 0 then
           requeued[#requeued + 1] = now
           requeued[#requeued + 1] = id
         else
@@ -180,6 +215,7 @@ if #requeued > 0 then
   schedule_add(prefix, wheel, requeued)
 end
 history_add(prefix, cap, buried)
+gk = reclaim_gk  -- a reclaimed grouped task may be due in its group now
 
 -- 2. Lease the due tasks, their tasks read before the first write: those of priority above
 -- 0, highest first (each priority oldest due first), then the schedule's (priority 0,
@@ -189,6 +225,16 @@ history_add(prefix, cap, buried)
 local out = { tonumber(clock[1]) * 1000000 + tonumber(clock[2]) + clock_offset * 1000, -1,
   skipped }
 local quota = ctl and control_quota(ctl, reserved, starts, now, max_tasks) or max_tasks
+local group_quota = 0  -- of a grouped topic: what the groups may lease (the rest: the others)
+if gk and quota > 0 then
+  -- The ungrouped tasks take one turn of the round, as one more group would.
+  local ready = redis.call('ZCARD', gk.ring) + redis.call('ZCOUNT', gk.wait, '-inf', now)
+  local share = math.floor(quota / (ready + 1))
+  if share == 0 and (tonumber(redis.call('GET', gk.turn)) or 0) % (ready + 1) == 0 then
+    share = 1
+  end
+  group_quota, quota = quota - share, share
+end
 local promoted, above, below = true, {}, {}
 if has_prio then
   promoted = promote()
@@ -215,6 +261,34 @@ if has_prio then
     picks[#picks + 1] = below[i]
   end
 end
+if gk then
+  -- What the others left to the groups, and the groups' share of it.
+  group_quota = group_quota + quota - #picks
+  if not promoted then
+    group_quota = 0
+  end
+end
+local pick_group = {}  -- index in picks -> group, for grouped picks
+if gk and group_quota > 0 then
+  local taken = grp().take(gk, gs, now, group_quota)
+  if picks == due then
+    picks = {}
+    for _, id in ipairs(due) do
+      picks[#picks + 1] = id
+    end
+  end
+  for i = 1, #taken, 2 do
+    picks[#picks + 1] = taken[i]
+    pick_group[#picks] = taken[i + 1]
+  end
+end
+-- A grouped pick that could not be leased holds no slot: its group, if take() counted it
+-- into <grp:full>, may lease again.
+local function unleased(g)
+  if g and redis.call('ZREM', gk.full, g) == 1 then
+    redis.call('ZADD', gk.wait, 0, g)
+  end
+end
 local leased_raw, leased_body = {}, {}
 for i, id in ipairs(picks) do
   leased_raw[i], leased_body[i] = read_task(prefix, id)
@@ -227,13 +301,20 @@ end
 if #picks > 0 then
   local first_token = redis.call('INCRBY', seq, #picks) - #picks
   local leases, deadline_text = {}, text_of_last()
+  local started = nil  -- group -> leases started, for grouped picks
   for i, id in ipairs(picks) do
     local raw, body = leased_raw[i], leased_body[i]
     if raw then
       local header, ttr = leased_header(raw, first_token + i)
       if not header or not body then
         bury_corrupt(id)
+        unleased(pick_group[i])
       else
+        local g = pick_group[i]
+        if g then
+          started = started or {}
+          started[g] = (started[g] or 0) + 1
+        end
         redis.call('HSET', bucket_of(prefix, id), id, header)
         leases[#leases + 1] = deadline_text(now + (ttr > 0 and ttr or default_ttr))
         leases[#leases + 1] = id
@@ -242,10 +323,14 @@ if #picks > 0 then
       end
     else
       skip(id, 'missing')  -- nothing to run: the entry is dropped, and reported
+      unleased(pick_group[i])
     end
   end
   if #leases > 0 then
     add_leases(reserved, leases)
+  end
+  if started then
+    grp().started(gk, started)
   end
 end
 
@@ -258,6 +343,12 @@ schedule_changed(prefix, wheel, #requeued / 2 - #due)
 local next_due = schedule_head(prefix, wheel)
 if not next_due then
   schedule_emptied(prefix)
+end
+if gk then
+  local head = grp().next_due(gk, now)
+  if head then
+    next_due = math.min(next_due or head, head)
+  end
 end
 if has_prio then
   local head = now  -- the lease order is still being built: come back at once

@@ -14,7 +14,8 @@
 -- ARGV[9] on_conflict: 'keep' (an id already live is left as it is; also when absent) or
 --         'replace'
 -- ARGV[10] priority (an integer; absent or 0: the schedule, else <prio>, see _priority.lua)
--- (The last two and KEYS[5] are left out of a plain send: every argument costs Redis a string.)
+-- ARGV[11] group (absent: none; else the task waits in its group's queue, see _groups.lua)
+-- (The last three and KEYS[5] are left out of a plain send: every argument costs Redis a string.)
 -- Returns: {1, due_ms} stored | {0, due_ms or 0 when reserved} id already delayed/ready/reserved,
 --   kept | {2, due_ms} replaced: the delayed or ready task now has the new body, due time and
 --   options, as if newly sent (attempts 0, last error cleared) | {3, 0} not replaced: reserved
@@ -23,15 +24,20 @@
 --@include _envelope
 --@include _layout
 --@include _priority
+--@include _groups
 --@include _replace
 local prefix, wheel, dead, errors, reserved = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, mode, value = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local max_attempts, ttr, body = ARGV[4], ARGV[5], ARGV[6]
 local tolerance, channel, replace = tonumber(ARGV[7]), ARGV[8], ARGV[9] == 'replace'
-local priority = tonumber(ARGV[10]) or 0
+local priority, group = tonumber(ARGV[10]) or 0, ARGV[11]
 local suffix, pk = '', nil  -- the header's suffix and keys, for a task with a priority only
 if priority ~= 0 then
   suffix, pk = prio().suffix(priority), prio_keys(prefix)
+end
+local gk = nil  -- a grouped task's keys (_groups.lua)
+if group then
+  suffix, gk = suffix .. ',g' .. group, grp().keys(prefix)
 end
 
 local bad = load_buckets(prefix)
@@ -49,10 +55,20 @@ if priority ~= 0 then
     return bad
   end
 end
+if group then
+  bad = check_types(grp().kinds(gk, { [grp().queue(gk, group)] = 'zset' }))
+  if bad then
+    return bad
+  end
+end
 
 -- Schedule the task: in the schedule (priority 0) or among the priority tasks, waking the
 -- workers when it is now the earliest.  Returns how many entries the schedule gained.
 local function schedule()
+  if group then
+    wake_if_earliest(grp().add(gk, group, { due, grp().member(id, priority) }), channel, due)
+    return 0
+  end
   if priority == 0 then
     wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
     return 1
@@ -72,8 +88,9 @@ end
 local header = read_header(prefix, id)
 if header then
   pk = pk or prio_keys(prefix)
-  bad = check_types({ [dead] = 'zset', [errors] = 'hash', [meta_key(prefix)] = 'hash',
-    [pk.index] = 'zset', [pk.ready] = 'zset', [reserved or dead] = 'zset' })
+  bad = check_types(grp().kinds(grp().keys(prefix), { [dead] = 'zset', [errors] = 'hash',
+    [meta_key(prefix)] = 'hash', [pk.index] = 'zset', [pk.ready] = 'zset',
+    [reserved or dead] = 'zset' }))
   if bad then
     return bad
   end
@@ -108,7 +125,7 @@ end
 -- Read before the first write, so that a meta key of the wrong type fails the call
 -- before anything changed; the count goes up after the schedule's writes.
 redis.call('HGET', meta_key(prefix), 'scheduled')
-if priority == 0 then
+if priority == 0 and not group then
   wake_if_earliest(schedule_add(prefix, wheel, { due, id }), channel, due)
   schedule_changed(prefix, wheel, 1)
 else

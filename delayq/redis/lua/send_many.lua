@@ -5,10 +5,11 @@
 -- KEYS[5] reserved (ZSET id -> lease deadline ms): given only with on_conflict 'replace',
 --         which its presence asks for (a plain batch carries nothing more than before)
 -- ARGV[1] tolerance ms for absolute times in the past   ARGV[2] wake channel
--- ARGV[3] 'd' when the times below are delays in ms, 'a' when absolute Unix times in ms
+-- ARGV[3] 'd' when the times below are delays in ms, 'a' when absolute Unix times in ms;
+--         followed by 'g' ('dg', 'ag'): each task has a fourth field, its group (_groups.lua)
 -- ARGV[4] max attempts (0 = topic default)   ARGV[5] ttr ms (0 = topic default)
 -- ARGV[6] priority (0: the schedule), for all tasks
--- ARGV[7..] three fields per task: id, delay-or-time ms, body
+-- ARGV[7..] three fields per task: id, delay-or-time ms, body (and group, with 'g' above)
 -- (The options are passed once a call, not per task: every argument costs Redis a string.)
 -- Returns: {status1, status2, ...}, as send.lua's, one per task in the order given:
 --   1 stored | 0 kept: id already live, or repeated earlier in the batch (nothing written)
@@ -18,22 +19,34 @@
 --@include _envelope
 --@include _layout
 --@include _priority
+--@include _groups
 --@include _replace
 local prefix, wheel, dead, errors, reserved = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local pk = prio_keys(prefix)  -- where tasks with a priority wait (_priority.lua)
-local tolerance, channel, mode = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local tolerance, channel, mode = tonumber(ARGV[1]), ARGV[2], string.sub(ARGV[3], 1, 1)
 local max_attempts, ttr, priority = ARGV[4], ARGV[5], tonumber(ARGV[6]) or 0
 local suffix = priority ~= 0 and prio().suffix(priority) or ''
 local replace = reserved ~= nil
-local FIRST, FIELDS = 7, 3
+local grouped = string.sub(ARGV[3], 2, 2) == 'g'
+local FIRST, FIELDS = 7, grouped and 4 or 3
+local gk = grouped and grp().keys(prefix) or nil
+local store_groups = {}  -- a grouped batch: each stored task's group
 local bad = check_types({ [wheel] = 'zset', [dead] = 'zset', [errors] = 'hash',
   [slot_counter(prefix)] = 'string', [meta_key(prefix)] = 'hash' }) or load_buckets(prefix)
 if not bad and priority ~= 0 then
   bad = check_types({ [pk.index] = 'zset', [pk.ready] = 'zset', [pk.mark] = 'string' })
 end
 if not bad and replace then
-  -- A replaced task may wait among the priority tasks whatever this batch's priority.
-  bad = check_types({ [reserved] = 'zset', [pk.index] = 'zset', [pk.ready] = 'zset' })
+  -- A replaced task may wait among the priority tasks (or in a group) whatever this batch's.
+  bad = check_types(grp().kinds(grp().keys(prefix),
+    { [reserved] = 'zset', [pk.index] = 'zset', [pk.ready] = 'zset' }))
+end
+if not bad and grouped then
+  local kinds = grp().kinds(gk, {})
+  for i = FIRST + 3, #ARGV, FIELDS do
+    kinds[grp().queue(gk, ARGV[i])] = 'zset'
+  end
+  bad = check_types(kinds)
 end
 if bad then
   return bad
@@ -89,6 +102,10 @@ if not replace then
       if priority ~= 0 then
         store_headers[k] = store_headers[k] .. suffix
       end
+      if grouped then
+        store_groups[k] = ARGV[i + 3]
+        store_headers[k] = store_headers[k] .. ',g' .. ARGV[i + 3]
+      end
       store_bodies[k] = ARGV[i + 2]
       store_new[k] = not existing[n]
       earliest = math.min(earliest or due, due)
@@ -127,6 +144,10 @@ else
     if due and k then
       scheduled[2 * k - 1], scheduled[2 * k] = due, id
       store_headers[k] = new_header(max_attempts, ttr, now_text, due_text(due)) .. suffix
+      if grouped then
+        store_groups[k] = ARGV[i + 3]
+        store_headers[k] = store_headers[k] .. ',g' .. ARGV[i + 3]
+      end
       store_bodies[k] = ARGV[i + 2]
     end
     out[n] = status
@@ -182,7 +203,27 @@ if #revived > 0 then
   redis.call('HDEL', errors, unpack(revived))
   redis.call('ZREM', dead, unpack(revived))
 end
-if priority == 0 then
+if grouped then
+  -- Each group's tasks in one call.
+  local by_group, order, wake = {}, {}, false
+  for k, g in ipairs(store_groups) do
+    local entries = by_group[g]
+    if not entries then
+      entries = {}
+      by_group[g] = entries
+      order[#order + 1] = g
+    end
+    entries[#entries + 1] = scheduled[2 * k - 1]
+    entries[#entries + 1] = grp().member(store_ids[k], priority)
+  end
+  for _, g in ipairs(order) do
+    wake = grp().add(gk, g, by_group[g]) or wake
+  end
+  wake_if_earliest(wake, channel, earliest)
+  if removed > 0 then
+    schedule_changed(prefix, wheel, -removed)
+  end
+elseif priority == 0 then
   wake_if_earliest(schedule_add(prefix, wheel, scheduled), channel, earliest)
   schedule_changed(prefix, wheel, #store_ids - removed)
 else

@@ -16,6 +16,8 @@
 -- per 128 tasks of the smaller side).  A topic scheduled before delayq kept the count has
 -- none yet (the next script that changes its schedule recounts it): it is counted here.
 -- Tasks with a priority wait outside the schedule, in <prio> (by due time): two ZCOUNTs.
+-- Grouped tasks wait in their groups' queues, all of them indexed by due time in <grp:all>
+-- (_groups.lua): two ZCOUNTs more (an EXISTS for an ungrouped topic).
 --@include _envelope
 --@include _layout
 local prefix, wheel, reserved, dead, controls = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -69,6 +71,19 @@ if prio_ready > 0 then
     oldest = first
   end
 end
-return { scheduled - ready + prio_delayed, ready + prio_ready, lease_count(reserved),
+local all = prefix .. 'grp:all'
+local group_ready, group_delayed = 0, 0
+if redis.call('EXISTS', all) == 1 then
+  group_ready = redis.call('ZCOUNT', all, '-inf', now)
+  group_delayed = redis.call('ZCOUNT', all, '(' .. int_text(now), '+inf')
+end
+if group_ready > 0 then
+  local first = tonumber(redis.call('ZRANGE', all, 0, 0, 'WITHSCORES')[2])
+  if first and (oldest < 0 or first < oldest) then
+    oldest = first
+  end
+end
+return { scheduled - ready + prio_delayed + group_delayed,
+  ready + prio_ready + group_ready, lease_count(reserved),
   redis.call('ZCARD', dead),
   redis.call('HMGET', controls, 'paused', 'rate_limit', 'max_running'), now, oldest }

@@ -48,7 +48,8 @@ local function count(lo_text, hi_text)
       estimated = 1
     end
   end
-  return total + redis.call('ZCOUNT', prio, range_lo, hi_text), estimated
+  return total + redis.call('ZCOUNT', prio, range_lo, hi_text)
+    + redis.call('ZCOUNT', prefix .. 'grp:all', range_lo, hi_text), estimated
 end
 
 local bad = READ_CLOCK and load_clock(prefix .. 'clock')

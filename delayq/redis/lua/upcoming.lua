@@ -11,8 +11,8 @@
 -- The schedule's order is the wheel's (slot bound, then slot name) and, in a slot, due time
 -- then id.  The page starts right after the cursor's task when it is still scheduled there;
 -- when it is not (it ran, was cancelled or rescheduled since), after its due time.
--- Tasks with a priority wait in <prio>, not in the schedule: its entries after the cursor
--- are merged in, in (due time, id) order.  A cursor task not found in the schedule (one
+-- Tasks with a priority wait in <prio>, and grouped tasks in <grp:all> (_groups.lua), not
+-- in the schedule: their entries after the cursor are merged in, in (due time, id) order.  A cursor task not found in the schedule (one
 -- with a priority, or one gone since) is placed by (due time, id) there too: schedule
 -- entries due at that same millisecond are listed when their id sorts after it.
 -- Cost: finding the cursor (as get.lua finds a task), then ARGV[1] + 1 entries read in order
@@ -113,38 +113,46 @@ while #entries < wanted * 2 do
   rank = rank + #names
 end
 
--- The priority tasks after the cursor, in (due, id) order: a sorted set orders members of
--- one score by name, which is the id.
-local others = {}
-if after_due then
-  local tied = redis.call('ZRANGE', prio, after_due, after_due, 'BYSCORE', 'WITHSCORES')
-  for j = 1, #tied, 2 do
-    if tied[j] > after_id then
-      others[#others + 1] = tied[j]
-      others[#others + 1] = tied[j + 1]
+-- The tasks of sorted set `key` (id -> due) after the cursor, in (due, id) order: a sorted
+-- set orders members of one score by name, which is the id.
+local function after_cursor(key)
+  local others = {}
+  if after_due then
+    local tied = redis.call('ZRANGE', key, after_due, after_due, 'BYSCORE', 'WITHSCORES')
+    for j = 1, #tied, 2 do
+      if tied[j] > after_id then
+        others[#others + 1] = tied[j]
+        others[#others + 1] = tied[j + 1]
+      end
     end
+    for _, v in ipairs(redis.call('ZRANGE', key, '(' .. int_text(after_due), '+inf', 'BYSCORE',
+        'LIMIT', 0, wanted, 'WITHSCORES')) do
+      others[#others + 1] = v
+    end
+  else
+    others = redis.call('ZRANGE', key, 0, wanted - 1, 'WITHSCORES')
   end
-  for _, v in ipairs(redis.call('ZRANGE', prio, '(' .. int_text(after_due), '+inf', 'BYSCORE',
-      'LIMIT', 0, wanted, 'WITHSCORES')) do
-    others[#others + 1] = v
-  end
-else
-  others = redis.call('ZRANGE', prio, 0, wanted - 1, 'WITHSCORES')
+  return others
 end
 
--- Merge the two, each in (due, id) order.
-local merged, a, b = {}, 1, 1
-while #merged < wanted * 2 and (a <= #entries or b <= #others) do
-  local take_a = b > #others or (a <= #entries and (tonumber(entries[a + 1]) < tonumber(others[b + 1])
-    or (tonumber(entries[a + 1]) == tonumber(others[b + 1]) and entries[a] < others[b])))
-  if take_a then
-    merged[#merged + 1], merged[#merged + 2] = entries[a], entries[a + 1]
-    a = a + 2
-  else
-    merged[#merged + 1], merged[#merged + 2] = others[b], others[b + 1]
-    b = b + 2
+-- Merge two lists {id, due, ...}, each in (due, id) order.
+local function merge(entries, others)
+  local merged, a, b = {}, 1, 1
+  while #merged < wanted * 2 and (a <= #entries or b <= #others) do
+    local take_a = b > #others or (a <= #entries and (tonumber(entries[a + 1]) < tonumber(others[b + 1])
+      or (tonumber(entries[a + 1]) == tonumber(others[b + 1]) and entries[a] < others[b])))
+    if take_a then
+      merged[#merged + 1], merged[#merged + 2] = entries[a], entries[a + 1]
+      a = a + 2
+    else
+      merged[#merged + 1], merged[#merged + 2] = others[b], others[b + 1]
+      b = b + 2
+    end
   end
+  return merged
 end
+
+local merged = merge(merge(entries, after_cursor(prio)), after_cursor(prefix .. 'grp:all'))
 
 local out = { now_ms(), #merged > limit * 2 and 1 or 0 }
 for i = 1, math.min(#merged, limit * 2), 2 do

@@ -1,6 +1,7 @@
 // A topic's page: counts and controls, when its tasks fall due, the last hour's activity,
 // the next tasks, dead letters and history.
 import { SPANS, drawActivity, drawTimeline } from "./charts.js";
+import { groupsSection } from "./groups.js";
 import { act, ago, api, can, el, enc, fill, noConsumer, refreshNow, seconds, svg, taskHref, when } from "./core.js";
 
 const HISTORY_PAGE = 20;
@@ -96,6 +97,7 @@ export function topicPage(main, topic) {
   const deadActions = el("span", { class: "toolbar inline", id: "dead-actions" });
   const history = historySection(topic);
   const running = runningSection(topic);
+  const groups = groupsSection(topic);
   main.append(
     el("div", { class: "crumbs" }, el("a", { href: "#/", text: "Topics" }), " / "),
     el("h1", { text: topic }),
@@ -115,6 +117,7 @@ export function topicPage(main, topic) {
           lateness,
           el("div", { class: "muted legend" }, el("span", { class: "key done" }), "attempts finished /s"),
           throughput, activityNote))),
+    groups.section,
     running.section,
     el("h2", {}, "Dead letters ", deadInfo, " ", deadPrev, deadNext, " ", deadActions),
     el("div", { class: "table-wrap" }, el("table", {}, el("thead", {}, el("tr", {},
@@ -134,6 +137,7 @@ export function topicPage(main, topic) {
       api("GET", `topics/${t}/activity`),
       history.refresh(),
       running.refresh(),
+      groups.refresh(),
     ]);
     drawActivity(lateness, throughput, activity);
     const finished = activity.windows.reduce((sum, w) => sum + w.acked + w.retried + w.dead, 0);
