@@ -13,8 +13,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from delayq.errors import InvalidInputError
+from delayq.handlers import Handler, tick_handler
 from delayq.task import from_millis
-from delayq.topic import Handler, Sender, Topic, TopicDecorator, TopicOptions, tick_handler
+from delayq.topic import Sender, Topic, TopicDecorator, TopicOptions
 
 if TYPE_CHECKING:
     from datetime import datetime
