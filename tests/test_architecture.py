@@ -38,6 +38,7 @@ LEAVES = {
     "delayq.bounds",
     "delayq.pacing",
     "delayq.topic",
+    "delayq.handlers",
     "delayq.limits",
     "delayq.groups",
     "delayq.middleware",
