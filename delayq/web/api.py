@@ -80,6 +80,7 @@ HOT_PATHS = {
     "extend": "/api/leases/{token}/extend",
 }
 """The per-task routes (``POST``), answered by :mod:`delayq.web.endpoint`, not FastAPI."""
+_STATES = ("delayed", "ready", "reserved", "dead")
 
 
 def name(segment: str) -> str:
@@ -195,8 +196,7 @@ class Api:
         topic = name(topic)
         with naming("topic"):
             counts = await self.queue.stats([topic])
-        found = counts[topic].model_dump() if topic in counts else _zero()
-        return TopicRow(name=topic, **found)
+        return TopicRow(name=topic, **_counts(counts, topic))
 
     async def pause(self, topic: str) -> Response:
         """Stop every worker (and HTTP consumer) from leasing the topic's tasks."""
@@ -381,11 +381,8 @@ class Api:
 
 
 def _counts(counts: dict[str, TopicStats], topic: str) -> dict[str, Any]:
-    return counts[topic].model_dump() if topic in counts else _zero()
-
-
-def _zero() -> dict[str, int]:
-    return {"delayed": 0, "ready": 0, "reserved": 0, "dead": 0}
+    """A topic's counts, zeros for one that holds nothing."""
+    return counts[topic].model_dump() if topic in counts else dict.fromkeys(_STATES, 0)
 
 
 async def _get(queue: Queue, topic: str, task_id: str) -> TaskInfo:
