@@ -90,6 +90,9 @@ class Executor:
         self.acker = Acker(scripts, self._acked, limit=ack_limit, outage=outage)
         self.state: Any = None
         """What the queue's lifespan yielded (every Task's ``state``)."""
+        self.keeps_inside = False
+        """Whether the chains hand a handler's value to :meth:`keep` themselves (middleware
+        wraps the handler, so a chain returns the middleware's value, not the handler's)."""
 
     async def execute(self, d: Delivery, me: asyncio.Task[Any]) -> None:
         """Run ``d`` in ``me`` (the current task) and record its outcome."""
@@ -124,7 +127,7 @@ class Executor:
         if self._reporter.listening:
             self._reporter.tell("delivered", d)
         try:
-            await self._run(d, body, task, me)
+            value = await self._run(d, body, task, me)
         except Retry as retry:
             await self._retry(d, retry)
         except asyncio.CancelledError as exc:
@@ -147,12 +150,15 @@ class Executor:
                 )
             await self.nack(d, "retry", self._backoff_ms(d), error)
         else:
+            if d.topic.options.results_ms and not self.keeps_inside:
+                d.result = encode_result(topic.name, d.task_id, value, self._max_body_bytes)
             # The slot is free once the ack is queued (see Acker); _acked ends the delivery.
             self.acker.submit(d)
             await self.acker.room()
 
-    async def _run(self, d: Delivery, body: Any, task: Task[Any], me: asyncio.Task[Any]) -> None:
-        """Run ``d``'s chain in ``me``.
+    async def _run(self, d: Delivery, body: Any, task: Task[Any], me: asyncio.Task[Any]) -> Any:
+        """Run ``d``'s chain in ``me``; returns what the chain returned (the handler's value
+        when no middleware wraps it).
 
         Raises:
             TimeoutError: ``d``'s deadline cancelled the chain, whatever the chain then did.
@@ -160,7 +166,7 @@ class Executor:
         """
         self._deadlines.watch(d, me)
         try:
-            await self.chains[d.topic.name](body, task)
+            value = await self.chains[d.topic.name](body, task)
         except BaseException as exc:
             if self._deadlines.done(d):
                 raise TimeoutError from exc
@@ -171,6 +177,7 @@ class Executor:
             raise TimeoutError  # the chain swallowed the deadline's cancel: it did not finish
         if cancelled_from_outside():
             raise asyncio.CancelledError  # it swallowed the worker's stop: not done either
+        return value
 
     def keep(self, task: Task[Any], value: object) -> None:
         """Carry what ``task``'s handler returned to its ack (topics with ``results=``),
