@@ -377,3 +377,22 @@ async def test_the_result_command_exits_0_1_or_3(
     assert missing.returncode == 1 and "no result for t/nobody" in missing.stderr
     assert waiting.returncode == 3 and "has not finished yet" in waiting.stderr
     assert "Traceback" not in waiting.stderr + missing.stderr
+
+
+async def test_a_sharded_topic_keeps_results_in_each_shard(
+    queue: Queue, start_worker: StartWorker
+) -> None:
+    @queue.topic("t", results=60, shards=4)
+    async def handler(body: int) -> int:
+        return body + 1
+
+    ids = [f"s{i}" for i in range(12)]
+    for n, task_id in enumerate(ids):
+        await queue.send("t", n, task_id=task_id)
+    waits = [asyncio.create_task(handler.result(i, wait=10)) for i in ids]
+    await wait_for(lambda: _subscribed(queue), 5, "the result subscription")
+    await start_worker(queue)
+    found = await asyncio.gather(*waits)
+    assert [r.value if r else None for r in found] == [n + 1 for n in range(12)]
+    shards = {k.split("}")[0] for k in result_keys(await queue_keys(queue.redis, queue.name))}
+    assert len(shards) > 1  # the results live in their tasks' shards

@@ -94,10 +94,11 @@ def build_chain(
     topic: Topic[Any], middlewares: Sequence[Middleware], limiter: CapacityLimiter,
     keep: Keep | None = None,
 ) -> Call:  # fmt: skip
-    """The call a worker runs for each of ``topic``'s deliveries; for a topic with
-    ``results=``, the handler's return value goes to ``keep`` (others pay nothing)."""
+    """The call a worker runs for each of ``topic``'s deliveries.  It returns what the
+    handler returns, unless middleware wraps it: then, for a topic with ``results=``, the
+    handler's return value goes to ``keep`` (a topic without results pays nothing)."""
     call = handler_call(topic, limiter)
-    if keep is not None and topic.options.results_ms:
+    if keep is not None and middlewares and topic.options.results_ms:
         call = _keeping(call, keep)
     for middleware in reversed(middlewares):
         call = _wrapped(middleware, call)

@@ -100,6 +100,9 @@ class Executor:
         """What the queue's lifespan yielded (every Task's ``state``)."""
         self.channels: Mapping[str, str] = {}
         """The topic of each wake channel the worker listens on (for aborts), by channel."""
+        self.keeps_inside = False
+        """Whether the chains hand a handler's value to :meth:`keep` themselves (middleware
+        wraps the handler, so a chain returns the middleware's value, not the handler's)."""
 
     async def execute(self, d: Delivery, me: asyncio.Task[Any]) -> None:
         """Run ``d`` in ``me`` (the current task) and record its outcome."""
@@ -137,7 +140,7 @@ class Executor:
         if self._reporter.listening:
             self._reporter.tell("delivered", d)
         try:
-            await self._run(d, body, task, me)
+            value = await self._run(d, body, task, me)
         except Retry as retry:
             await self._retry(d, retry)
         except _Aborted:
@@ -162,12 +165,15 @@ class Executor:
                 )
             await self.nack(d, "retry", self._backoff_ms(d), error)
         else:
+            if d.topic.options.results_ms and not self.keeps_inside:
+                d.result = encode_result(topic.name, d.task_id, value, self._max_body_bytes)
             # The slot is free once the ack is queued (see Acker); _acked ends the delivery.
             self.acker.submit(d)
             await self.acker.room()
 
-    async def _run(self, d: Delivery, body: Any, task: Task[Any], me: asyncio.Task[Any]) -> None:
-        """Run ``d``'s chain in ``me``.
+    async def _run(self, d: Delivery, body: Any, task: Task[Any], me: asyncio.Task[Any]) -> Any:
+        """Run ``d``'s chain in ``me``; returns what the chain returned (the handler's value
+        when no middleware wraps it).
 
         Raises:
             TimeoutError: ``d``'s deadline cancelled the chain, whatever the chain then did.
@@ -176,7 +182,7 @@ class Executor:
         """
         self._deadlines.watch(d, me)
         try:
-            await self.chains[d.topic.name](body, task)
+            value = await self.chains[d.topic.name](body, task)
         except BaseException as exc:
             if self._deadlines.done(d):
                 raise (_Aborted() if d.aborted else TimeoutError()) from exc
@@ -188,6 +194,7 @@ class Executor:
             raise _Aborted if d.aborted else TimeoutError
         if cancelled_from_outside():
             raise asyncio.CancelledError  # it swallowed the worker's stop: not done either
+        return value
 
     def abort(self, channel: str, token: str, task_id: str) -> None:
         """cancel.lua aborted a leased task (heard on ``channel``): cancel its handler if

@@ -223,6 +223,7 @@ class Worker:
         # Each topic's chain of middleware is composed here, once, not per task (the thread
         # limiter needs the running event loop).
         limiter = anyio.CapacityLimiter(self.threads)
+        self._executor.keeps_inside = bool(self.queue.middlewares)
         self._executor.chains = {
             t.name: build_chain(t, self.queue.middlewares, limiter, self._executor.keep)
             for t in self.topics
