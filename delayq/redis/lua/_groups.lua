@@ -166,9 +166,11 @@ local function grp()
   end
 
   -- Lease up to `quota` due tasks round-robin over the groups that may lease (see the top).
-  -- `s`: the settings.  Returns {id1, group1, id2, group2, ...} (taken out of their
-  -- queues; the caller leases them, and calls M.started for those it did lease) and the
-  -- groups' turn state is written.
+  -- `s`: the settings.  Returns {id1, group1, id2, group2, ...}, taken out of their
+  -- queues (the caller leases them, then calls M.started with those it did lease), and
+  -- the leases each group held before (group -> count, for the groups whose count it read).
+  -- Calls that touch several groups are made once a round: a lease costs its group's
+  -- ZPOPMIN and the read of its next head, plus its share of a few calls a round.
   function M.take(gk, s, now, quota)
     -- Groups whose wait ended join the ring, earliest first.
     local turn = tonumber(redis.call('GET', gk.turn)) or 0
@@ -183,47 +185,56 @@ local function grp()
       redis.call('ZADD', gk.ring, unpack(adds))
       redis.call('ZREM', gk.wait, unpack(woke))
     end
-    local picks, running, rates = {}, {}, {}
+    local picks, held, rates = {}, {}, {}
     local taken = 0
     while taken < quota do
       local popped = redis.call('ZPOPMIN', gk.ring, quota - taken)
       if #popped == 0 then
         break
       end
-      local again = {}
+      if s.cap then
+        local unread = {}
+        for i = 1, #popped, 2 do
+          if not held[popped[i]] then
+            unread[#unread + 1] = popped[i]
+          end
+        end
+        if #unread > 0 then
+          for k, count in ipairs(redis.call('HMGET', gk.run, unpack(unread))) do
+            held[unread[k]] = tonumber(count) or 0
+          end
+        end
+      end
+      local again, waits, fulls = {}, {}, {}
       for i = 1, #popped, 2 do
         local g = popped[i]
         local q = M.queue(gk, g)
-        local held = running[g]
-        if s.cap and not held then
-          held = tonumber(redis.call('HGET', gk.run, g)) or 0
-          running[g] = held
-        end
         local rate = s.rate and rates[g]
         if s.rate and not rate then
           rate = { rate = s.rate, window = s.window }
           rate_window(rate, M.starts(gk, g), now)
           rates[g] = rate
         end
-        if s.cap and held >= s.cap then
-          if redis.call('EXISTS', q) == 1 then
-            redis.call('ZADD', gk.full, now, g)
-          end
+        if s.cap and held[g] >= s.cap then
+          fulls[#fulls + 1] = now
+          fulls[#fulls + 1] = g
         elseif rate and rate_allows(rate) == 0 then
-          redis.call('ZADD', gk.wait, rate_reopens(rate), g)
+          waits[#waits + 1] = rate_reopens(rate)
+          waits[#waits + 1] = g
         else
           local head = redis.call('ZPOPMIN', q)
           if head[1] then
             local due = tonumber(head[2])
             if due > now then
               redis.call('ZADD', q, head[2], head[1])
-              redis.call('ZADD', gk.wait, due, g)
+              waits[#waits + 1] = due
+              waits[#waits + 1] = g
             else
               picks[#picks + 1] = M.id_of(head[1])
               picks[#picks + 1] = g
               taken = taken + 1
-              if held then
-                running[g] = held + 1
+              if s.cap then
+                held[g] = held[g] + 1
               end
               if rate then
                 rate_record(rate, M.starts(gk, g), 1)
@@ -231,10 +242,12 @@ local function grp()
               local after = tonumber(redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')[2])
               if not after then
                 -- emptied: the group leaves
-              elseif s.cap and held + 1 >= s.cap then
-                redis.call('ZADD', gk.full, now, g)
+              elseif s.cap and held[g] >= s.cap then
+                fulls[#fulls + 1] = now
+                fulls[#fulls + 1] = g
               elseif after > now then
-                redis.call('ZADD', gk.wait, after, g)
+                waits[#waits + 1] = after
+                waits[#waits + 1] = g
               else
                 turn = turn + 1
                 again[#again + 1] = turn
@@ -246,6 +259,12 @@ local function grp()
       end
       if #again > 0 then
         redis.call('ZADD', gk.ring, unpack(again))
+      end
+      if #waits > 0 then
+        redis.call('ZADD', gk.wait, unpack(waits))
+      end
+      if #fulls > 0 then
+        redis.call('ZADD', gk.full, unpack(fulls))
       end
     end
     if taken > 0 then
@@ -259,11 +278,18 @@ local function grp()
     return picks
   end
 
-  -- Count the leases taken: {group -> count}.
+  -- Count the leases taken, {group -> count}, in <grp:run>: one HMGET (of the groups whose
+  -- count take() did not read: a topic without a cap) and one HSET a call.
   function M.started(gk, counts)
-    for g, k in pairs(counts) do
-      redis.call('HINCRBY', gk.run, g, k)
+    local groups, values = {}, {}
+    for g in pairs(counts) do
+      groups[#groups + 1] = g
     end
+    for k, count in ipairs(redis.call('HMGET', gk.run, unpack(groups))) do
+      values[#values + 1] = groups[k]
+      values[#values + 1] = (tonumber(count) or 0) + counts[groups[k]]
+    end
+    redis.call('HSET', gk.run, unpack(values))
   end
 
   -- When a group next may lease, for the caller's next look: now when one is in the ring,
