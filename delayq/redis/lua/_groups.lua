@@ -18,9 +18,11 @@
 --                   that stats, upcoming, timeline and test clocks read them as they read
 --                   <prio> (one more sorted-set entry a grouped task, written in the same
 --                   calls: a send, a lease batch, a requeue)
--- A group with a waiting task is in exactly one of wait, ring and full (an empty group in
--- none); its entry there may be earlier than the truth (a cancelled head), never later:
--- reserve.lua checks a group when it comes to it, and puts it where it belongs.  So every
+-- A group with a waiting task is in exactly one of wait, ring and full; its entry there may
+-- be earlier than the truth (a cancelled head; a group leased from stays in the ring or
+-- goes to full without its next task being read), never later, and an emptied group may
+-- linger in one of them until its turn: reserve.lua checks a group when it comes to it,
+-- and puts it where it belongs (or drops it).  So every
 -- script but reserve.lua only adds to <grp:wait> or moves a group out of <grp:full>, and a
 -- blocked group (at its cap, or out of rate) is looked at once, then not again until a
 -- lease of it ends or its window reopens: reserving costs O(log n) whatever it holds.
@@ -132,14 +134,49 @@ local function grp()
   -- frees, and a group waiting for one at its cap may lease again (reserve.lua checks the
   -- cap when the group's turn comes).  Returns whether a worker should be woken.
   function M.release(gk, group)
-    if redis.call('HINCRBY', gk.run, group, -1) <= 0 then
-      redis.call('HDEL', gk.run, group)
+    return M.release_many(gk, { [group] = 1 })
+  end
+
+  -- M.release for the leases that ended of several groups, {group -> count}, in a few
+  -- calls whatever their number (ack.lua ends a batch).
+  function M.release_many(gk, ended)
+    local groups, kept, emptied = {}, {}, {}
+    for g in pairs(ended) do
+      groups[#groups + 1] = g
     end
-    if redis.call('ZREM', gk.full, group) == 1 then
-      redis.call('ZADD', gk.wait, 0, group)
-      return true
+    local counts = redis.call('HMGET', gk.run, unpack(groups))
+    for k, g in ipairs(groups) do
+      local left = (tonumber(counts[k]) or 0) - ended[g]
+      if left > 0 then
+        kept[#kept + 1] = g
+        kept[#kept + 1] = left
+      else
+        emptied[#emptied + 1] = g
+      end
     end
-    return false
+    if #kept > 0 then
+      redis.call('HSET', gk.run, unpack(kept))
+    end
+    if #emptied > 0 then
+      redis.call('HDEL', gk.run, unpack(emptied))
+    end
+    local back = {}
+    for k, score in ipairs(redis.call('ZMSCORE', gk.full, unpack(groups))) do
+      if score then
+        back[#back + 1] = 0
+        back[#back + 1] = groups[k]
+      end
+    end
+    if #back == 0 then
+      return false
+    end
+    local names = {}
+    for i = 2, #back, 2 do
+      names[#names + 1] = back[i]
+    end
+    redis.call('ZREM', gk.full, unpack(names))
+    redis.call('ZADD', gk.wait, unpack(back))
+    return true
   end
 
   -- The group settings in the controls hash: cap (or nil) and a rate table (or nil), or an
@@ -239,15 +276,11 @@ local function grp()
               if rate then
                 rate_record(rate, M.starts(gk, g), 1)
               end
-              local after = tonumber(redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')[2])
-              if not after then
-                -- emptied: the group leaves
-              elseif s.cap and held[g] >= s.cap then
+              -- The group's next place, without reading its next task (a call a lease):
+              -- when that is not due, or there is none, the group's next turn finds out.
+              if s.cap and held[g] >= s.cap then
                 fulls[#fulls + 1] = now
                 fulls[#fulls + 1] = g
-              elseif after > now then
-                waits[#waits + 1] = after
-                waits[#waits + 1] = g
               else
                 turn = turn + 1
                 again[#again + 1] = turn

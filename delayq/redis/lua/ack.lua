@@ -76,10 +76,16 @@ if #done > 0 then
     delete_task(prefix, id)
   end
   -- A grouped task's lease frees its place in its group.
+  local ended = nil
   for n in ipairs(ids) do
     if out[n] == 1 and grouped[n] then
-      waiting = grp().release(grp().keys(prefix), header_group(headers[n])) or waiting
+      local g = header_group(headers[n])
+      ended = ended or {}
+      ended[g] = (ended[g] or 0) + 1
     end
+  end
+  if ended then
+    waiting = grp().release_many(grp().keys(prefix), ended) or waiting
   end
   redis.call('HDEL', errors, unpack(done))
   history_add(prefix, cap, records)
