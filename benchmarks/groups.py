@@ -12,7 +12,10 @@ no-op handlers) per measurement:
 * **blocked** — the Redis time of a ``reserve.lua`` call (``INFO commandstats``,
   ``evalsha`` usec per call, reserve calls only) leasing 10 tasks from 1,000 groups of 10
   with ``max_running_per_group=1``, with and without a blocked group (at its cap) holding
-  100,000 ready tasks; the ratio.
+  100,000 ready tasks, and with a group of 100,000 tasks due in an hour instead (the same
+  data size: 100,000 more tasks split the topic's buckets, which costs every lease a
+  little, grouped or not); the ratios, and the commands the calls ran inside Redis (the
+  same in the three: the blocked group is never read).
 * **fairness** — one group with 5,000 ready tasks and 100 groups with 5, all due, no cap,
   concurrency 10: the rank of the last small-group start among the big group's starts
   (it must come before the big group's 50th), and the lateness (start - due) p50/p99 of
@@ -63,8 +66,9 @@ async def drain(url: str, n: int, variant: str) -> float:
     return n / elapsed
 
 
-async def reserve_usec(url: str, blocked: bool) -> float:
-    queue = Queue.from_url(url, name=f"blocked-{blocked}-{time.monotonic_ns()}")
+async def reserve_usec(url: str, variant: str) -> tuple[float, int]:
+    """Redis usec per reserve.lua call, and the commands the calls ran inside Redis."""
+    queue = Queue.from_url(url, name=f"blocked-{variant}-{time.monotonic_ns()}")
 
     @queue.topic("t", group_by="g", max_running_per_group=1)
     async def handler(body: dict[str, Any]) -> None: ...
@@ -73,10 +77,14 @@ async def reserve_usec(url: str, blocked: bool) -> float:
 
     keys = queue.keys("t")
     await queue.scripts.control(keys, declared(queue.topics["t"]))
-    if blocked:
+    if variant == "blocked":
         await queue.send_many("t", [{"g": "big"}] * 100_000, batch_size=1_000)
         await queue.scripts.reserve(keys, limit=1, reclaim=100, ttr_ms=3_600_000, max_attempts=5)
-    await queue.send_many("t", [{"g": f"g{i % GROUPS}"} for i in range(10 * GROUPS)], batch_size=1_000)
+    elif variant == "same_size":  # as many tasks stored, in a group due in an hour
+        await queue.send_many("t", [{"g": "big"}] * 100_000, batch_size=1_000, delay=3600)
+    await queue.send_many(
+        "t", [{"g": f"g{i % GROUPS}"} for i in range(10 * GROUPS)], batch_size=1_000
+    )
     await queue.redis.config_resetstat()
     calls = 0
     while True:
@@ -88,9 +96,10 @@ async def reserve_usec(url: str, blocked: bool) -> float:
             break
     stats = await queue.redis.info("commandstats")
     usec = stats["cmdstat_evalsha"]["usec"] / stats["cmdstat_evalsha"]["calls"]
+    inner = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_evalsha")
     await queue.redis.flushall()
     await queue.close()
-    return usec
+    return usec, inner
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -136,14 +145,16 @@ async def main(n: int, rounds: int) -> dict[str, Any]:
     try:
         rates: dict[str, list[float]] = {"ungrouped": [], "grouped": [], "cap1": []}
         for _ in range(rounds):
-            for variant in rates:
-                rates[variant].append(await drain(server.url, n, variant))
+            for variant, measured in rates.items():
+                measured.append(await drain(server.url, n, variant))
         drain_rates = {k: round(statistics.median(v)) for k, v in rates.items()}
         base = drain_rates["ungrouped"]
-        usec = {
-            "none": [await reserve_usec(server.url, False) for _ in range(rounds)],
-            "blocked": [await reserve_usec(server.url, True) for _ in range(rounds)],
-        }
+        usec: dict[str, list[float]] = {"none": [], "same_size": [], "blocked": []}
+        commands: dict[str, int] = {}
+        for _ in range(rounds):
+            for variant, spent in usec.items():
+                used, commands[variant] = await reserve_usec(server.url, variant)
+                spent.append(used)
         usec_median = {k: round(statistics.median(v), 1) for k, v in usec.items()}
         return {
             "n": n, "rounds": rounds, "groups": GROUPS,
@@ -152,6 +163,10 @@ async def main(n: int, rounds: int) -> dict[str, Any]:
             "drain_ratio_cap1": round(drain_rates["cap1"] / base, 3),
             "reserve_usec_per_call": usec_median,
             "reserve_ratio_blocked": round(usec_median["blocked"] / usec_median["none"], 3),
+            "reserve_ratio_blocked_same_size": round(
+                usec_median["blocked"] / usec_median["same_size"], 3
+            ),
+            "reserve_commands_inside_redis": commands,
             "fairness": await fairness(server.url),
         }  # fmt: skip
     finally:

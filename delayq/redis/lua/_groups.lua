@@ -23,9 +23,10 @@
 -- goes to full without its next task being read), never later, and an emptied group may
 -- linger in one of them until its turn: reserve.lua checks a group when it comes to it,
 -- and puts it where it belongs (or drops it).  So every
--- script but reserve.lua only adds to <grp:wait> or moves a group out of <grp:full>, and a
--- blocked group (at its cap, or out of rate) is looked at once, then not again until a
--- lease of it ends or its window reopens: reserving costs O(log n) whatever it holds.
+-- script but reserve.lua only adds to <grp:wait> or moves a group from <grp:full> to the
+-- end of <grp:ring>, and a blocked group (at its cap, or out of rate) is looked at once,
+-- then not again until a lease of it ends or its window reopens: reserving costs
+-- O(log n) whatever it holds.
 -- The settings are fields of the topic's controls hash: group_max_running and
 -- group_rate_limit ('N/s', 'N/m' or 'N/h'), written by the workers that register the topic.
 
@@ -160,22 +161,25 @@ local function grp()
     if #emptied > 0 then
       redis.call('HDEL', gk.run, unpack(emptied))
     end
-    local back = {}
+    -- A group that waited at its cap goes straight back to the ring, with the next turns
+    -- (reserve.lua checks its head, cap and rate when its turn comes).
+    local names = {}
     for k, score in ipairs(redis.call('ZMSCORE', gk.full, unpack(groups))) do
       if score then
-        back[#back + 1] = 0
-        back[#back + 1] = groups[k]
+        names[#names + 1] = groups[k]
       end
     end
-    if #back == 0 then
+    if #names == 0 then
       return false
     end
-    local names = {}
-    for i = 2, #back, 2 do
-      names[#names + 1] = back[i]
-    end
     redis.call('ZREM', gk.full, unpack(names))
-    redis.call('ZADD', gk.wait, unpack(back))
+    local turn = redis.call('INCRBY', gk.turn, #names) - #names
+    local back = {}
+    for k, g in ipairs(names) do
+      back[#back + 1] = turn + k
+      back[#back + 1] = g
+    end
+    redis.call('ZADD', gk.ring, unpack(back))
     return true
   end
 
