@@ -60,7 +60,8 @@ local done, out, records = {}, {}, {}
 for n, id in ipairs(ids) do
   local raw = headers[n]
   local at = 3 + (n - 1) * step
-  if raw and header_token(raw) == ARGV[at + 1] and redis.call('ZREM', reserved, id) == 1 then
+  local token = raw and (grouped[n] and grouped_header_token(raw) or header_token(raw))
+  if token == ARGV[at + 1] and redis.call('ZREM', reserved, id) == 1 then
     done[#done + 1] = id
     out[n] = 1
     if cap > 0 then
