@@ -134,13 +134,13 @@ class Producer:
         if self._strict:
             check_registered(topic, self._topics, self._queue)
         task_id = new_task_id() if task_id is None else check_task_id(task_id)
-        stored_group = self.group(topic, body, group)
-        if self._shards.counts.get(topic) != 1:  # unresolved yet, or sharded
-            keys = await self._shards.route(topic, task_id, stored_group)
         ttr_ms, attempts = task_overrides(ttr, max_attempts)
         replace = check_on_conflict(on_conflict)
         priority = check_priority(priority)
         data = encode_body(topic, body, self._adapter(topic), self._max_body_bytes)
+        stored_group = self.group(topic, body, group)
+        if self._shards.counts.get(topic) != 1:  # unresolved yet, or sharded
+            keys = await self._shards.route(topic, task_id, stored_group)
         given = check_headers(headers)
         status = 0
 
@@ -204,8 +204,8 @@ class Producer:
         priority = check_priority(priority)
         adapter = self._adapter(topic)
         delays_ms = [to_millis(one_delay, name="delay") for one_delay in delays]
-        groups = [self.group(topic, body, group) for body in items]
         encoded = [encode_body(topic, body, adapter, self._max_body_bytes) for body in items]
+        groups = [self.group(topic, body, group) for body in items]
         grouped = any(g is not None for g in groups)
         order = schedule_order(ids, delays_ms)
         count = self._shards.counts.get(topic) or await self._shards.count(topic)
@@ -250,8 +250,14 @@ class Producer:
         return send_results(ids, order, statuses)
 
     def group(self, topic: str, body: Any, group: str | int | None) -> str | None:
-        """The group of a task sent to ``topic`` (:func:`~delayq.groups.task_group`)."""
-        return task_group(self._options(topic) if self._options else None, body, group)
+        """The group of a task sent to ``topic`` (:func:`~delayq.groups.task_group`), read
+        from the body as the handler receives it (a dict sent to a topic whose body is a
+        model is validated into the model first)."""
+        options = self._options(topic) if self._options else None
+        if group is None and options is not None and options.group_by is not None:
+            adapter = self._adapter(topic)
+            body = adapter.validate_python(body) if adapter is not None else body
+        return task_group(options, body, group)
 
     def _parts(
         self, topic: str, keys: TopicKeys, sent_ids: list[str], count: int

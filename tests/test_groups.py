@@ -166,41 +166,30 @@ async def test_cap_holds_and_each_ending_frees_the_slot(
 
 
 async def test_cap_across_consumers_never_exceeded(queue: Queue, queues: Any) -> None:
+    """Four queues (their own connections) lease and ack concurrently: at no moment does a
+    group hold more than its cap of leases, and every task runs."""
     grouped(queue, group_by="g", max_running_per_group=2)
     await declare(queue)
     await queue.send_many("t", [{"g": f"g{n % 5}"} for n in range(100)])
-    others = [queues() for _ in range(3)]
     running: dict[str, int] = {}
-    worst = 0
+    worst, finished = 0, 0
 
-    async def consume(q: Queue) -> int:
-        nonlocal worst
-        done = 0
-        while True:
+    async def consume(q: Queue) -> None:
+        nonlocal worst, finished
+        while finished < 100:
             _, _, leased = await reserve(q, "t", limit=3)
-            if not leased:
-                if done and not await q.scripts.stats(q.keys("t")):
-                    return done
-                stats = await q.scripts.stats(q.keys("t"))
-                if stats.ready + stats.delayed + stats.reserved == 0:
-                    return done
-                await asyncio.sleep(0.001)
-                continue
-            for task_id, _, _ in leased:
-                info = await stored(q, "t", task_id)
-                assert info.group is not None
-                running[info.group] = running.get(info.group, 0) + 1
-                worst = max(worst, running[info.group])
-            await asyncio.sleep(0.002)
-            for task_id, _, _ in leased:
-                info = await stored(q, "t", task_id)
-                assert info.group is not None
-                running[info.group] -= 1
+            groups = [str((await stored(q, "t", task_id)).group) for task_id, _, _ in leased]
+            for g in groups:
+                running[g] = running.get(g, 0) + 1
+                worst = max(worst, running[g])
+            await asyncio.sleep(0.001)  # hold the leases while the others lease
+            for g in groups:
+                running[g] -= 1
             await ack(q, "t", leased)
-            done += len(leased)
+            finished += len(leased)
 
-    counts = await asyncio.gather(*(consume(q) for q in [queue, *others]))
-    assert sum(counts) == 100
+    await asyncio.gather(*(consume(q) for q in [queue, queues(), queues(), queues()]))
+    assert finished == 100
     assert worst == 2
 
 
@@ -208,10 +197,14 @@ async def test_rate_per_group(queue: Queue) -> None:
     grouped(queue, group_by="g", rate_limit_per_group="3/h")
     await declare(queue)
     await queue.send_many("t", [{"g": "a"}] * 5 + [{"g": "b"}] * 5)
-    _, next_ms, leased = await reserve(queue, "t", limit=100)
-    # 3/h paces at ceil(3/20) = 1 a sub-window: one start of each group now.
-    assert len(leased) == 2
-    assert next_ms > 0
+    now, next_ms, leased = await reserve(queue, "t", limit=100)
+    # 3/h paces at ceil(3/20) = 1 a sub-window (3 minutes): one start of each group now,
+    # then none until the next sub-window, which the worker is told to wait for.
+    assert sorted([str(await group_of(queue, i)) for i, _, _ in leased]) == ["a", "b"]
+    assert (await reserve(queue, "t", limit=100))[2] == []
+    assert now < next_ms <= now + 180_000
+    keys = queue.keys("t")
+    assert (await queue.scripts.stats(keys)).ready == 8
 
 
 async def test_a_blocked_group_is_not_scanned(
@@ -307,3 +300,32 @@ async def test_raising_the_cap_lets_a_full_group_lease_at_once(queue: Queue) -> 
     assert (await reserve(queue, "t"))[2] == []
     await queue.scripts.control(queue.keys("t"), {"group_max_running": "3"})
     assert len((await reserve(queue, "t"))[2]) == 2
+
+
+async def test_upcoming_timeline_dead_bulk_and_forget(
+    queue: Queue, redis_client: redis.asyncio.Redis
+) -> None:
+    await queue.send("t", {}, task_id="plain-now")
+    await queue.send("t", {}, task_id="grouped-now", group="a")
+    await queue.send_delayed("t", {}, 30, task_id="grouped-later", group="b")
+    page = await queue.upcoming("t", limit=10)
+    assert [t.id for t in page.tasks] == ["plain-now", "grouped-now", "grouped-later"]
+    timeline = await queue.timeline("t", window=60, windows=1)
+    assert (timeline.due, timeline.windows[0].count) == (2, 1)
+    # Dead-letter both grouped tasks (the ready one and, rescheduled to now, the later one).
+    assert await queue.reschedule("t", "grouped-later", delay=0)
+    keys = queue.keys("t")
+    _, _, leased = await reserve(queue, "t", limit=10)
+    for task_id, token, _ in leased:
+        await queue.scripts.nack(keys, task_id, token, mode="dead", max_attempts=5)
+    assert await queue.admin.replay_dead("t") == 3
+    assert {t.id for t in (await queue.upcoming("t", limit=10)).tasks} == {
+        "plain-now",
+        "grouped-now",
+        "grouped-later",
+    }
+    assert not await queue.admin.forget("t")  # it holds tasks
+    _, _, leased = await reserve(queue, "t", limit=10)
+    await ack(queue, "t", leased)
+    assert await queue.admin.forget("t")
+    assert await queue_keys(redis_client, queue.name) == []

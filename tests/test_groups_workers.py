@@ -132,3 +132,19 @@ async def test_calls_by_id_find_a_grouped_task_on_a_sharded_topic(queue: Queue) 
     await queue.consumer.nack(leases[3].lease_token, dead=True)
     assert await queue.replay("s", leases[3].id)
     await queue.consumer.extend(leases[4].lease_token, 120)
+
+
+async def test_an_idle_worker_runs_a_delayed_grouped_task_when_due(
+    queue: Queue, start_worker: StartWorker
+) -> None:
+    """The worker sleeps until the earliest group may lease (grp:wait), and a send that
+    makes a group's task the earliest wakes it."""
+    recorder = Recorder()
+    register(queue, recorder, max_running_per_group=1)
+    await start_worker(queue, concurrency=4)
+    await queue.send_delayed("t", {"g": "a"}, 30, task_id="late")
+    await queue.send_delayed("t", {"g": "b"}, 0.2, task_id="soon")
+    await wait_for(lambda: recorder.done == 1, timeout=10, what="the task due soon")
+    assert recorder.started == [("b", "soon")]
+    info = await queue.get("t", "late")
+    assert info is not None and info.state == "delayed"

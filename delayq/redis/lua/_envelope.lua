@@ -91,32 +91,51 @@ end
 -- cost them several microseconds per task.
 
 -- The lease token of a header, or nil for an unreadable header.  (A header with a priority
--- or a group takes a later match: a task without one pays nothing for it.)
-local function header_token(raw)
-  return string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+$')
-    or string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+,p%-?%d+$')
-    or string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+,g[^,]*$')
+-- or a group takes a later match: a task without one pays nothing for it; a grouped one
+-- is told by a plain find of ",g", which no other header holds, and matched once.)
+-- The token of a header known to hold a group (its caller found ",g" in it).
+local function grouped_header_token(raw)
+  return string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+,g[^,]*$')
     or string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+,p%-?%d+,g[^,]*$')
 end
 
--- The group of a header that header_token read (nil: none).  Only called where the
--- header did not match the plain form.
+local function header_token(raw)
+  local token = string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+$')
+  if token then
+    return token
+  end
+  if not string.find(raw, ',g', 1, true) then
+    return string.match(raw, '^%d+,(%d+),%d+,%d+,%d+,%d+,p%-?%d+$')
+  end
+  return grouped_header_token(raw)
+end
+
+-- The group of a header (nil: none): what follows ",g", which only a group's suffix holds.
 local function header_group(raw)
-  return string.match(raw, ',g([^,]*)$')
+  local at = string.find(raw, ',g', 1, true)
+  return at and string.sub(raw, at + 2)
 end
 
 -- The header of a task being leased (attempts + 1, fencing token `token`) and its ttr ms
--- (0 = topic default), or nil for an unreadable header.
-local function leased_header(raw, token)
-  local attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+)$')
-  if not attempts then
-    attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+,p%-?%d+)$')
-    if not attempts then
-      attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+,[pg].*)$')
-      if not attempts or not header_token(raw) then
-        return nil
-      end
+-- (0 = topic default), or nil for an unreadable header.  `grouped`: the caller knows the
+-- task has a group (it took it from its group), so the forms without one are not tried.
+local function leased_header(raw, token, grouped)
+  local attempts, rest, ttr
+  if not grouped then
+    attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+)$')
+    if not attempts and not string.find(raw, ',g', 1, true) then
+      attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+,p%-?%d+)$')
+      grouped = false
     end
+  end
+  if not attempts and grouped ~= false then
+    attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+,g[^,]*)$')
+    if not attempts then
+      attempts, rest, ttr = string.match(raw, '^(%d+),%d+,(%d+,(%d+),%d+,%d+,p%-?%d+,g[^,]*)$')
+    end
+  end
+  if not attempts then
+    return nil
   end
   return string.format('%d,%d,', attempts + 1, token) .. rest, tonumber(ttr)
 end

@@ -18,12 +18,15 @@
 --                   that stats, upcoming, timeline and test clocks read them as they read
 --                   <prio> (one more sorted-set entry a grouped task, written in the same
 --                   calls: a send, a lease batch, a requeue)
--- A group with a waiting task is in exactly one of wait, ring and full (an empty group in
--- none); its entry there may be earlier than the truth (a cancelled head), never later:
--- reserve.lua checks a group when it comes to it, and puts it where it belongs.  So every
--- script but reserve.lua only adds to <grp:wait> or moves a group out of <grp:full>, and a
--- blocked group (at its cap, or out of rate) is looked at once, then not again until a
--- lease of it ends or its window reopens: reserving costs O(log n) whatever it holds.
+-- A group with a waiting task is in exactly one of wait, ring and full; its entry there may
+-- be earlier than the truth (a cancelled head; a group leased from stays in the ring or
+-- goes to full without its next task being read), never later, and an emptied group may
+-- linger in one of them until its turn: reserve.lua checks a group when it comes to it,
+-- and puts it where it belongs (or drops it).  So every
+-- script but reserve.lua only adds to <grp:wait> or moves a group from <grp:full> to the
+-- end of <grp:ring>, and a blocked group (at its cap, or out of rate) is looked at once,
+-- then not again until a lease of it ends or its window reopens: reserving costs
+-- O(log n) whatever it holds.
 -- The settings are fields of the topic's controls hash: group_max_running and
 -- group_rate_limit ('N/s', 'N/m' or 'N/h'), written by the workers that register the topic.
 
@@ -132,14 +135,52 @@ local function grp()
   -- frees, and a group waiting for one at its cap may lease again (reserve.lua checks the
   -- cap when the group's turn comes).  Returns whether a worker should be woken.
   function M.release(gk, group)
-    if redis.call('HINCRBY', gk.run, group, -1) <= 0 then
-      redis.call('HDEL', gk.run, group)
+    return M.release_many(gk, { [group] = 1 })
+  end
+
+  -- M.release for the leases that ended of several groups, {group -> count}, in a few
+  -- calls whatever their number (ack.lua ends a batch).
+  function M.release_many(gk, ended)
+    local groups, kept, emptied = {}, {}, {}
+    for g in pairs(ended) do
+      groups[#groups + 1] = g
     end
-    if redis.call('ZREM', gk.full, group) == 1 then
-      redis.call('ZADD', gk.wait, 0, group)
-      return true
+    local counts = redis.call('HMGET', gk.run, unpack(groups))
+    for k, g in ipairs(groups) do
+      local left = (tonumber(counts[k]) or 0) - ended[g]
+      if left > 0 then
+        kept[#kept + 1] = g
+        kept[#kept + 1] = left
+      else
+        emptied[#emptied + 1] = g
+      end
     end
-    return false
+    if #kept > 0 then
+      redis.call('HSET', gk.run, unpack(kept))
+    end
+    if #emptied > 0 then
+      redis.call('HDEL', gk.run, unpack(emptied))
+    end
+    -- A group that waited at its cap goes straight back to the ring, with the next turns
+    -- (reserve.lua checks its head, cap and rate when its turn comes).
+    local names = {}
+    for k, score in ipairs(redis.call('ZMSCORE', gk.full, unpack(groups))) do
+      if score then
+        names[#names + 1] = groups[k]
+      end
+    end
+    if #names == 0 then
+      return false
+    end
+    redis.call('ZREM', gk.full, unpack(names))
+    local turn = redis.call('INCRBY', gk.turn, #names) - #names
+    local back = {}
+    for k, g in ipairs(names) do
+      back[#back + 1] = turn + k
+      back[#back + 1] = g
+    end
+    redis.call('ZADD', gk.ring, unpack(back))
+    return true
   end
 
   -- The group settings in the controls hash: cap (or nil) and a rate table (or nil), or an
@@ -166,9 +207,11 @@ local function grp()
   end
 
   -- Lease up to `quota` due tasks round-robin over the groups that may lease (see the top).
-  -- `s`: the settings.  Returns {id1, group1, id2, group2, ...} (taken out of their
-  -- queues; the caller leases them, and calls M.started for those it did lease) and the
-  -- groups' turn state is written.
+  -- `s`: the settings.  Returns {id1, group1, id2, group2, ...}, taken out of their
+  -- queues (the caller leases them, then calls M.started with those it did lease), and
+  -- the leases each group held before (group -> count, for the groups whose count it read).
+  -- Calls that touch several groups are made once a round: a lease costs its group's
+  -- ZPOPMIN and the read of its next head, plus its share of a few calls a round.
   function M.take(gk, s, now, quota)
     -- Groups whose wait ended join the ring, earliest first.
     local turn = tonumber(redis.call('GET', gk.turn)) or 0
@@ -183,58 +226,65 @@ local function grp()
       redis.call('ZADD', gk.ring, unpack(adds))
       redis.call('ZREM', gk.wait, unpack(woke))
     end
-    local picks, running, rates = {}, {}, {}
+    local picks, held, rates = {}, {}, {}
     local taken = 0
     while taken < quota do
       local popped = redis.call('ZPOPMIN', gk.ring, quota - taken)
       if #popped == 0 then
         break
       end
-      local again = {}
+      if s.cap then
+        local unread = {}
+        for i = 1, #popped, 2 do
+          if not held[popped[i]] then
+            unread[#unread + 1] = popped[i]
+          end
+        end
+        if #unread > 0 then
+          for k, count in ipairs(redis.call('HMGET', gk.run, unpack(unread))) do
+            held[unread[k]] = tonumber(count) or 0
+          end
+        end
+      end
+      local again, waits, fulls = {}, {}, {}
       for i = 1, #popped, 2 do
         local g = popped[i]
         local q = M.queue(gk, g)
-        local held = running[g]
-        if s.cap and not held then
-          held = tonumber(redis.call('HGET', gk.run, g)) or 0
-          running[g] = held
-        end
         local rate = s.rate and rates[g]
         if s.rate and not rate then
           rate = { rate = s.rate, window = s.window }
           rate_window(rate, M.starts(gk, g), now)
           rates[g] = rate
         end
-        if s.cap and held >= s.cap then
-          if redis.call('EXISTS', q) == 1 then
-            redis.call('ZADD', gk.full, now, g)
-          end
+        if s.cap and held[g] >= s.cap then
+          fulls[#fulls + 1] = now
+          fulls[#fulls + 1] = g
         elseif rate and rate_allows(rate) == 0 then
-          redis.call('ZADD', gk.wait, rate_reopens(rate), g)
+          waits[#waits + 1] = rate_reopens(rate)
+          waits[#waits + 1] = g
         else
           local head = redis.call('ZPOPMIN', q)
           if head[1] then
             local due = tonumber(head[2])
             if due > now then
               redis.call('ZADD', q, head[2], head[1])
-              redis.call('ZADD', gk.wait, due, g)
+              waits[#waits + 1] = due
+              waits[#waits + 1] = g
             else
               picks[#picks + 1] = M.id_of(head[1])
               picks[#picks + 1] = g
               taken = taken + 1
-              if held then
-                running[g] = held + 1
+              if s.cap then
+                held[g] = held[g] + 1
               end
               if rate then
                 rate_record(rate, M.starts(gk, g), 1)
               end
-              local after = tonumber(redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')[2])
-              if not after then
-                -- emptied: the group leaves
-              elseif s.cap and held + 1 >= s.cap then
-                redis.call('ZADD', gk.full, now, g)
-              elseif after > now then
-                redis.call('ZADD', gk.wait, after, g)
+              -- The group's next place, without reading its next task (a call a lease):
+              -- when that is not due, or there is none, the group's next turn finds out.
+              if s.cap and held[g] >= s.cap then
+                fulls[#fulls + 1] = now
+                fulls[#fulls + 1] = g
               else
                 turn = turn + 1
                 again[#again + 1] = turn
@@ -246,6 +296,12 @@ local function grp()
       end
       if #again > 0 then
         redis.call('ZADD', gk.ring, unpack(again))
+      end
+      if #waits > 0 then
+        redis.call('ZADD', gk.wait, unpack(waits))
+      end
+      if #fulls > 0 then
+        redis.call('ZADD', gk.full, unpack(fulls))
       end
     end
     if taken > 0 then
@@ -259,11 +315,18 @@ local function grp()
     return picks
   end
 
-  -- Count the leases taken: {group -> count}.
+  -- Count the leases taken, {group -> count}, in <grp:run>: one HMGET (of the groups whose
+  -- count take() did not read: a topic without a cap) and one HSET a call.
   function M.started(gk, counts)
-    for g, k in pairs(counts) do
-      redis.call('HINCRBY', gk.run, g, k)
+    local groups, values = {}, {}
+    for g in pairs(counts) do
+      groups[#groups + 1] = g
     end
+    for k, count in ipairs(redis.call('HMGET', gk.run, unpack(groups))) do
+      values[#values + 1] = groups[k]
+      values[#values + 1] = (tonumber(count) or 0) + counts[groups[k]]
+    end
+    redis.call('HSET', gk.run, unpack(values))
   end
 
   -- When a group next may lease, for the caller's next look: now when one is in the ring,

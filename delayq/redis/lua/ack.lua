@@ -68,7 +68,8 @@ local done, out, records = {}, {}, {}
 for n, id in ipairs(ids) do
   local raw = headers[n]
   local at = 4 + (n - 1) * step
-  if raw and header_token(raw) == ARGV[at + 1] and redis.call('ZREM', reserved, id) == 1 then
+  local token = raw and (grouped[n] and grouped_header_token(raw) or header_token(raw))
+  if token == ARGV[at + 1] and redis.call('ZREM', reserved, id) == 1 then
     done[#done + 1] = id
     out[n] = 1
     if cap > 0 then
@@ -90,10 +91,16 @@ if #done > 0 then
     delete_task(prefix, id)
   end
   -- A grouped task's lease frees its place in its group.
+  local ended = nil
   for n in ipairs(ids) do
     if out[n] == 1 and grouped[n] then
-      waiting = grp().release(grp().keys(prefix), header_group(headers[n])) or waiting
+      local g = header_group(headers[n])
+      ended = ended or {}
+      ended[g] = (ended[g] or 0) + 1
     end
+  end
+  if ended then
+    waiting = grp().release_many(grp().keys(prefix), ended) or waiting
   end
   redis.call('HDEL', errors, unpack(done))
   history_add(prefix, cap, records)

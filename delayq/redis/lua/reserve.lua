@@ -305,7 +305,7 @@ if #picks > 0 then
   for i, id in ipairs(picks) do
     local raw, body = leased_raw[i], leased_body[i]
     if raw then
-      local header, ttr = leased_header(raw, first_token + i)
+      local header, ttr = leased_header(raw, first_token + i, pick_group[i] ~= nil)
       if not header or not body then
         bury_corrupt(id)
         unleased(pick_group[i])
