@@ -1,6 +1,6 @@
-"""A worker's start: store the limits its topics declare, for the whole fleet to enforce
-(``max_running_per_group`` and ``rate_limit_per_group`` too, as ``group_max_running`` and
-``group_rate_limit``).
+"""A worker's start: which topics it consumes, and storing the limits its topics declare,
+for the whole fleet to enforce (``max_running_per_group`` and ``rate_limit_per_group``
+too, as ``group_max_running`` and ``group_rate_limit``).
 
 ``rate_limit`` and ``max_running`` are options of ``@queue.topic``, but they must hold across
 every worker, so ``reserve.lua`` reads them from the topic's ``controls`` hash in Redis,
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
+
+from delayq.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -49,3 +51,18 @@ async def declare_limits(queue: TaskSource, topics: Iterable[Topic[Any]]) -> Non
         if await queue.scripts.control(queue.keys(topic.name), fields):
             shown = ", ".join(f"{k}={v or 'none'}" for k, v in fields.items())
             log.info("topic %r: %s now holds for every worker of the queue", topic.name, shown)
+
+
+def consumed_topics(queue: TaskSource, topics: Iterable[str] | None) -> list[str]:
+    """The names of the topics a worker consumes: ``topics``, or every registered one.
+
+    Raises:
+        InvalidInputError: a topic without a handler here, or none at all.
+    """
+    names = list(queue.topics) if topics is None else list(topics)
+    unknown = [name for name in names if name not in queue.topics]
+    if unknown:
+        raise InvalidInputError(f"no handler registered for topic(s) {', '.join(unknown)}")
+    if not names:
+        raise InvalidInputError("no topics to consume: register a handler with @queue.topic")
+    return names

@@ -30,14 +30,14 @@ import anyio
 from delayq.bounds import bounded_int
 from delayq.cancellation import cancel_all, first_of, raise_if_cancelling
 from delayq.duration import Duration, to_seconds
-from delayq.errors import DelayqError, InvalidInputError, LifespanError, RedisUnavailableError
+from delayq.errors import DelayqError, LifespanError, RedisUnavailableError
 from delayq.middleware import lifespan_context
 from delayq.pacing import Outage, RetryPacing
 from delayq.redis.checks import wait_for_server
 from delayq.redis.wakeup import Wakeup
 from delayq.task import Envelope
 from delayq.worker.chain import build_chain
-from delayq.worker.declare import declare_limits
+from delayq.worker.declare import consumed_topics, declare_limits
 from delayq.worker.embedded import start as start_embedded
 from delayq.worker.embedded import stop as stop_embedded
 from delayq.worker.execution import Executor
@@ -96,12 +96,7 @@ class Worker:
         threads: int | None = None, heartbeat: Duration = DEFAULT_INTERVAL,
     ) -> None:  # fmt: skip
         bounded_int(concurrency, "concurrency", 1)
-        names = list(queue.topics) if topics is None else list(topics)
-        unknown = [name for name in names if name not in queue.topics]
-        if unknown:
-            raise InvalidInputError(f"no handler registered for topic(s) {', '.join(unknown)}")
-        if not names:
-            raise InvalidInputError("no topics to consume: register a handler with @queue.topic")
+        names = consumed_topics(queue, topics)
         self.queue = queue
         self.concurrency = concurrency
         self.grace = to_seconds(grace, name="grace")

@@ -18,6 +18,7 @@ from delayq.web.auth import SCOPES
 from delayq.web.endpoint import routes as per_task_routes
 from delayq.web.groups import router as groups_router
 from delayq.web.operate import Operate
+from delayq.web.results import router as results_router
 from delayq.web.workers import router as workers_router
 from tests.web.conftest import TOKENS, auth, tokens
 
@@ -149,6 +150,7 @@ def test_every_served_route_is_in_the_openapi_document(app: DelayqApp, queue: Qu
             *api.router().routes,
             *workers_router(queue, tokens()).routes,
             *groups_router(queue, tokens()).routes,
+            *results_router(queue, tokens()).routes,
             *operate,
         ]
         if isinstance(route, (Route, APIRoute))

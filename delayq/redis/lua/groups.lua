@@ -124,10 +124,19 @@ for i, name in ipairs(names) do
   ranked[i] = string.format('%012d', 999999999999 - ready) .. name
 end
 table.sort(ranked)
-local out = { now, cut and 0 or 1 }
-for i = 1, math.min(most, #ranked) do
-  for _, v in ipairs(row(string.sub(ranked[i], 13))) do
-    out[#out + 1] = v
+-- A group that holds no task, waiting or running, is left out: it may still sit in an
+-- index (e.g. in wait until its rate window reopens), but it is no longer a group to show.
+local out, shown = { now, cut and 0 or 1 }, 0
+for i = 1, #ranked do
+  if shown >= most then
+    break
+  end
+  local r = row(string.sub(ranked[i], 13))
+  if r[2] + r[3] + r[4] > 0 then
+    shown = shown + 1
+    for _, v in ipairs(r) do
+      out[#out + 1] = v
+    end
   end
 end
 return out
