@@ -96,6 +96,7 @@ async def run_page(page: Path, tmp_path: Path) -> None:
     tmp_path.mkdir(exist_ok=True)
     sys.path.insert(0, str(tmp_path))
     modules_before = set(sys.modules)
+    opened: dict[int, delayq.Queue] = {}
     try:
         for block in blocks(page):
             if not block.run or block.is_pytest:
@@ -115,10 +116,13 @@ async def run_page(page: Path, tmp_path: Path) -> None:
                         await result
             except Exception as exc:
                 raise AssertionError(f"the example at {where} failed: {exc!r}") from exc
+            finally:
+                # A later block may rebind a name that held a queue: every queue any block
+                # made is closed, or its connections are collected later, in another test.
+                opened.update((id(v), v) for v in namespace.values() if isinstance(v, delayq.Queue))
     finally:
-        for value in namespace.values():
-            if isinstance(value, delayq.Queue):
-                await value.close()
+        for value in opened.values():
+            await value.close()
         for name in set(sys.modules) - modules_before:
             module_file = getattr(sys.modules[name], "__file__", None) or ""
             if module_file.startswith(str(tmp_path)):
