@@ -121,7 +121,7 @@ class Executor:
         )  # fmt: skip
         d.started = self.now()
         if self._reporter.listening:
-            self._reporter.tell("delivered", d)
+            self._reporter.started(d)
         try:
             await self._run(d, body, task, me)
         except Retry as retry:
@@ -171,12 +171,14 @@ class Executor:
         if cancelled_from_outside():
             raise asyncio.CancelledError  # it swallowed the worker's stop: not done either
 
-    def _acked(self, d: Delivery, acked: bool) -> None:
-        self._held.pop((d.topic.name, d.task_id), None)
-        if not acked:
-            log.warning("ack of %s/%s refused: its lease was lost", d.topic.name, d.task_id)
+    def _acked(self, deliveries: list[Delivery], refused: set[int]) -> None:
+        held = self._held
+        for d in deliveries:
+            held.pop((d.topic.name, d.task_id), None)
+            if refused and id(d) in refused:
+                log.warning("ack of %s/%s refused: its lease was lost", d.topic.name, d.task_id)
         if self._reporter.listening:
-            self._reporter.tell("acked" if acked else "lease_lost", d)
+            self._reporter.acked(deliveries, refused)
 
     @staticmethod
     def _backoff_ms(d: Delivery) -> int:
