@@ -12,6 +12,11 @@ of this process (the batch span processor's export thread included):
   ``ParentBased(TraceIdRatioBased(0.01))`` (the tasks sent by the traced queue, so they
   carry its context).  The ratio of the plain drain's CPU to each is the rate such a drain
   reaches beside a plain one when the worker's CPU limits it (one process: it does);
+- ``floor``: the ``sampled`` drain's floor: metrics and history, and in place of
+  ``delayq.otel`` the least a listener does to have the SDK start a consumer span per
+  attempt and end it (:class:`SdkOnly`: the parent read once per send, no current span, no
+  exception event).  ``sampled_to_floor`` = floor CPU / sampled CPU is the share of its
+  floor the sampled drain reaches;
 - ``sdk_span``: ``tracer.start_span(...)`` and ``span.end()`` of a CONSUMER span with the
   consumer span's attributes, a remote parent and a link, nothing of delayq: the SDK's own
   price per recorded span (a ``TracerProvider`` with a ``BatchSpanProcessor`` and an
@@ -136,6 +141,41 @@ def delayq_span(tracer_provider: TracerProvider, headers: list[dict[str, str]]) 
         tracing.uninstrument()
 
 
+class SdkOnly:
+    """A listener that has the SDK start a CONSUMER span at each delivery (the sender's
+    context as parent and link, the consumer span's attributes) and end it at the ack:
+    what any tracing of each attempt costs, with nothing of ``delayq.otel``."""
+
+    def __init__(self, tracer_provider: TracerProvider) -> None:
+        self.tracer = tracer_provider.get_tracer("floor")
+        self.spans: dict[str, Any] = {}
+        self.parents: dict[str, tuple[Any, Any]] = {}
+        self.attributes = {
+            "messaging.system": "delayq", "messaging.destination.name": "noop",
+            "messaging.operation.type": "process", "messaging.operation.name": "process",
+            "server.address": "127.0.0.1", "server.port": 6379,
+        }  # fmt: skip
+
+    def __call__(self, event: TaskEvent) -> None:
+        if event.kind == "delivered" and event.headers:
+            value = event.headers["traceparent"]
+            found = self.parents.get(value)
+            if found is None:
+                parent, sender = remote_parent(event.headers)
+                found = self.parents[value] = (parent, (Link(sender),) if sender else None)
+            self.spans[event.task_id] = self.tracer.start_span(
+                "process noop", context=found[0], kind=SpanKind.CONSUMER, links=found[1],
+                attributes={**self.attributes, "messaging.message.id": event.task_id,
+                            "delayq.task.attempt": event.attempt,
+                            "delayq.lateness_seconds": event.lateness or 0.0},
+            )  # fmt: skip
+        elif event.kind == "acked":
+            span = self.spans.pop(event.task_id, None)
+            if span is not None:
+                span.set_attribute("delayq.outcome", "acked")
+                span.end()
+
+
 async def drain(url: str, n: int, round_index: int, observe: Observe | None = None) -> float:
     """Worker CPU µs per task draining ``n`` ready tasks of a no-op handler, with what
     ``observe`` switches on for the queue (sends included: the tasks carry what it adds)."""
@@ -176,14 +216,23 @@ class Observe:
         metrics: bool = False,
         history: int = 0,
         tracer_provider: TracerProvider | None = None,
+        sdk_only: bool = False,
     ) -> None:
         self.metrics, self.history, self.tracer_provider = metrics, history, tracer_provider
+        self.sdk_only = sdk_only
 
     def apply(self, queue: Queue) -> None:
         if self.metrics:
             DelayqMetrics(queue, CollectorRegistry())
-        if self.tracer_provider is not None:
-            instrument(queue, tracer_provider=self.tracer_provider)
+        if self.tracer_provider is None:
+            return
+        traced = instrument(queue, tracer_provider=self.tracer_provider)
+        if self.sdk_only:
+            # The sends stay traced (the tasks carry the same context); the attempts are
+            # traced by SdkOnly instead.
+            queue.hooks.remove_listener(traced.on_event)
+            queue.middlewares.remove(traced.around_handler)
+            queue.hooks.add_listener(SdkOnly(self.tracer_provider))
 
 
 async def measure(url: str, n: int) -> dict[str, Any]:
@@ -199,7 +248,9 @@ async def measure(url: str, n: int) -> dict[str, Any]:
         result["history_cpu_usec"] = await drain(url, n, 2, Observe(history=10_000))
         everything = Observe(metrics=True, history=10_000, tracer_provider=hundredth)
         result["sampled_cpu_usec"] = await drain(url, n, 3, everything)
-        last = await drain(url, n, 4)
+        floor = Observe(metrics=True, history=10_000, tracer_provider=hundredth, sdk_only=True)
+        result["floor_cpu_usec"] = await drain(url, n, 4, floor)
+        last = await drain(url, n, 5)
         result["plain_first_cpu_usec"], result["plain_last_cpu_usec"] = first, last
         result["plain_cpu_usec"] = (first + last) / 2
         result["sdk_span_usec"] = sdk_span(always, headers)
@@ -208,8 +259,9 @@ async def measure(url: str, n: int) -> dict[str, Any]:
         always.shutdown()
         hundredth.shutdown()
     plain = result["plain_cpu_usec"]
-    for part in ("metrics", "history", "sampled"):
+    for part in ("metrics", "history", "sampled", "floor"):
         result[f"{part}_ratio"] = plain / result[f"{part}_cpu_usec"]
+    result["sampled_to_floor"] = result["floor_cpu_usec"] / result["sampled_cpu_usec"]
     result["delayq_over_sdk_usec"] = result["delayq_span_usec"] - result["sdk_span_usec"]
     return result
 

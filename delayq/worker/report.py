@@ -75,8 +75,8 @@ class Reporter:
         self.own = Hooks()
         if on_outcome is not None:
             self.own.add_listener(OutcomeHook(on_outcome))
-        # Batch listeners' handler starts not told yet: per topic, the first id, latenesses.
-        self._started: dict[str, tuple[str, list[float]]] = {}
+        # The deliveries whose start the batch listeners were not told yet.
+        self._started: list[Delivery] = []
 
     @property
     def listening(self) -> bool:
@@ -87,9 +87,9 @@ class Reporter:
         """``d``'s handler is about to start: its ``delivered`` event, with its lateness on
         Redis's clock (the lease's time in Redis, plus the time since on the loop's
         monotonic clock)."""
-        envelope = d.envelope
-        lateness = (d.leased_ms - envelope.due_ms) / 1000 + d.started - d.leased_at
         if self.hooks.each or self.own.listeners:
+            envelope = d.envelope
+            lateness = (d.leased_ms - envelope.due_ms) / 1000 + d.started - d.leased_at
             event = TaskEvent("delivered", d.topic.name, d.task_id, envelope.attempts,
                               lateness=lateness, headers=envelope.headers,
                               due_ms=envelope.due_ms)  # fmt: skip
@@ -97,18 +97,30 @@ class Reporter:
             if self.own.listeners:
                 self.own.emit(event)
         if self.hooks.batch:
-            pending = self._started.get(d.topic.name)
-            if pending is None:
-                if not self._started:
-                    asyncio.get_running_loop().call_soon(self.flush_started)
-                pending = self._started[d.topic.name] = (d.task_id, [])
-            pending[1].append(lateness)
+            if not self._started:
+                asyncio.get_running_loop().call_soon(self.flush_started)
+            self._started.append(d)
 
     def flush_started(self) -> None:
-        """Tell the batch listeners about the handler starts not told yet."""
-        started, self._started = self._started, {}
-        for topic, (first, latenesses) in started.items():
-            self.hooks.emit_batch(TaskEvent("delivered", topic, first, count=len(latenesses),
+        """Tell the batch listeners about the handler starts not told yet: one event per
+        topic, the latenesses computed here, in one pass rather than one call a task."""
+        started, self._started = self._started, []
+        if not started:
+            return
+        topic = started[0].topic.name
+        if any(d.topic.name != topic for d in started):
+            by_topic: dict[str, list[Delivery]] = {}
+            for d in started:
+                by_topic.setdefault(d.topic.name, []).append(d)
+        else:
+            by_topic = {topic: started}
+        for name, deliveries in by_topic.items():
+            latenesses = [
+                (d.leased_ms - d.envelope.due_ms) / 1000 + d.started - d.leased_at
+                for d in deliveries
+            ]
+            self.hooks.emit_batch(TaskEvent("delivered", name, deliveries[0].task_id,
+                                            count=len(latenesses),
                                             latenesses=latenesses))  # fmt: skip
 
     def acked(self, deliveries: list[Delivery], refused: set[int]) -> None:
