@@ -5,19 +5,28 @@ runs this module once a round on the harness's data server.  Each run measures, 
 of this process (the batch span processor's export thread included):
 
 - ``plain``: a ``Worker`` (concurrency 100) draining ``--n`` ready tasks of a no-op
-  handler, per task: what a task costs the worker with nothing observed (the mean of a
-  drain before the others and one after them);
+  handler, per task: what a task costs the worker with nothing observed;
 - ``metrics``, ``history`` (``history=10_000``), and ``sampled``: the same drain with
   Prometheus metrics, with history, and with both plus tracing under
   ``ParentBased(TraceIdRatioBased(0.01))`` (the tasks sent by the traced queue, so they
   carry its context).  The ratio of the plain drain's CPU to each is the rate such a drain
   reaches beside a plain one when the worker's CPU limits it (one process: it does);
+- ``floor``: the ``sampled`` drain's floor: metrics and history, and in place of
+  ``delayq.otel`` the least a listener does to have the SDK start a consumer span per
+  attempt and end it (:class:`SdkOnly`: the parent read once per send, no current span, no
+  exception event).  ``sampled_to_floor`` = floor CPU / sampled CPU is the share of its
+  floor the sampled drain reaches;
 - ``sdk_span``: ``tracer.start_span(...)`` and ``span.end()`` of a CONSUMER span with the
   consumer span's attributes, a remote parent and a link, nothing of delayq: the SDK's own
   price per recorded span (a ``TracerProvider`` with a ``BatchSpanProcessor`` and an
   exporter that drops); ``delayq_span``: ``delayq.otel``'s listener given the
   ``delivered`` and ``acked`` events of a task whose headers carry a sampled
   ``traceparent`` (the SDK's price plus delayq's).  ``delayq_over_sdk`` is delayq's own.
+
+A round makes ``--passes`` (3) passes, each of every drain (in an order rotated each
+pass) and of both span timings; each figure is the median of its passes
+(``delayq_over_sdk``: of each pass's difference), so the host's drift over a round hits
+every drain alike rather than the drains in the middle.
 
 Run alone with the dev interpreter (a redis-server of its own)::
 
@@ -28,6 +37,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +58,7 @@ from delayq.otel import Instrumentation, instrument, remote_parent
 from delayq.testing import PrivateRedis
 
 SPANS = 20_000
+PASSES = 3
 
 
 class DropSpans(SpanExporter):
@@ -136,6 +148,41 @@ def delayq_span(tracer_provider: TracerProvider, headers: list[dict[str, str]]) 
         tracing.uninstrument()
 
 
+class SdkOnly:
+    """A listener that has the SDK start a CONSUMER span at each delivery (the sender's
+    context as parent and link, the consumer span's attributes) and end it at the ack:
+    what any tracing of each attempt costs, with nothing of ``delayq.otel``."""
+
+    def __init__(self, tracer_provider: TracerProvider) -> None:
+        self.tracer = tracer_provider.get_tracer("floor")
+        self.spans: dict[str, Any] = {}
+        self.parents: dict[str, tuple[Any, Any]] = {}
+        self.attributes = {
+            "messaging.system": "delayq", "messaging.destination.name": "noop",
+            "messaging.operation.type": "process", "messaging.operation.name": "process",
+            "server.address": "127.0.0.1", "server.port": 6379,
+        }  # fmt: skip
+
+    def __call__(self, event: TaskEvent) -> None:
+        if event.kind == "delivered" and event.headers:
+            value = event.headers["traceparent"]
+            found = self.parents.get(value)
+            if found is None:
+                parent, sender = remote_parent(event.headers)
+                found = self.parents[value] = (parent, (Link(sender),) if sender else None)
+            self.spans[event.task_id] = self.tracer.start_span(
+                "process noop", context=found[0], kind=SpanKind.CONSUMER, links=found[1],
+                attributes={**self.attributes, "messaging.message.id": event.task_id,
+                            "delayq.task.attempt": event.attempt,
+                            "delayq.lateness_seconds": event.lateness or 0.0},
+            )  # fmt: skip
+        elif event.kind == "acked":
+            span = self.spans.pop(event.task_id, None)
+            if span is not None:
+                span.set_attribute("delayq.outcome", "acked")
+                span.end()
+
+
 async def drain(url: str, n: int, round_index: int, observe: Observe | None = None) -> float:
     """Worker CPU µs per task draining ``n`` ready tasks of a no-op handler, with what
     ``observe`` switches on for the queue (sends included: the tasks carry what it adds)."""
@@ -176,48 +223,74 @@ class Observe:
         metrics: bool = False,
         history: int = 0,
         tracer_provider: TracerProvider | None = None,
+        sdk_only: bool = False,
     ) -> None:
         self.metrics, self.history, self.tracer_provider = metrics, history, tracer_provider
+        self.sdk_only = sdk_only
 
     def apply(self, queue: Queue) -> None:
         if self.metrics:
             DelayqMetrics(queue, CollectorRegistry())
-        if self.tracer_provider is not None:
-            instrument(queue, tracer_provider=self.tracer_provider)
+        if self.tracer_provider is None:
+            return
+        traced = instrument(queue, tracer_provider=self.tracer_provider)
+        if self.sdk_only:
+            # The sends stay traced (the tasks carry the same context); the attempts are
+            # traced by SdkOnly instead.
+            queue.hooks.remove_listener(traced.on_event)
+            queue.middlewares.remove(traced.around_handler)
+            queue.hooks.add_listener(SdkOnly(self.tracer_provider))
 
 
-async def measure(url: str, n: int) -> dict[str, Any]:
+async def measure(url: str, n: int, passes: int = PASSES) -> dict[str, Any]:
     always = provider(None)
     hundredth = provider(ParentBased(TraceIdRatioBased(0.01)))
     headers = senders(always, SPANS)
-    result: dict[str, Any] = {"n": n, "spans": SPANS}
+    parts: dict[str, Observe | None] = {
+        "plain": None,
+        "metrics": Observe(metrics=True),
+        "history": Observe(history=10_000),
+        "sampled": Observe(metrics=True, history=10_000, tracer_provider=hundredth),
+        "floor": Observe(metrics=True, history=10_000, tracer_provider=hundredth, sdk_only=True),
+    }
+    cpu: dict[str, list[float]] = {part: [] for part in parts}
+    over: list[float] = []
+    result: dict[str, Any] = {"n": n, "spans": SPANS, "passes": passes}
     try:
-        # The plain drain first and last: the host's drift over the run hits its mean as
-        # it hits the drains in between.
-        first = await drain(url, n, 0)
-        result["metrics_cpu_usec"] = await drain(url, n, 1, Observe(metrics=True))
-        result["history_cpu_usec"] = await drain(url, n, 2, Observe(history=10_000))
-        everything = Observe(metrics=True, history=10_000, tracer_provider=hundredth)
-        result["sampled_cpu_usec"] = await drain(url, n, 3, everything)
-        last = await drain(url, n, 4)
-        result["plain_first_cpu_usec"], result["plain_last_cpu_usec"] = first, last
-        result["plain_cpu_usec"] = (first + last) / 2
-        result["sdk_span_usec"] = sdk_span(always, headers)
-        result["delayq_span_usec"] = delayq_span(always, headers)
+        # Every drain once a pass, the order rotated each pass, each figure the median of
+        # its passes: the host's drift over a round hits every drain alike.
+        names, runs = list(parts), 0
+        for index in range(passes):
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
+                cpu[name].append(await drain(url, n, runs, parts[name]))
+                runs += 1
+            # In a context of their own: delayq's listener makes each span current in the
+            # running task, which must not be the parent of the next pass's sends.
+            sdk = contextvars.copy_context().run(sdk_span, always, headers)
+            delayq = contextvars.copy_context().run(delayq_span, always, headers)
+            over.append(delayq - sdk)
+            result.setdefault("sdk_span_list", []).append(sdk)
+            result.setdefault("delayq_span_list", []).append(delayq)
     finally:
         always.shutdown()
         hundredth.shutdown()
+    for name, figures in cpu.items():
+        result[f"{name}_cpu_usec"] = statistics.median(figures)
     plain = result["plain_cpu_usec"]
-    for part in ("metrics", "history", "sampled"):
+    for part in ("metrics", "history", "sampled", "floor"):
         result[f"{part}_ratio"] = plain / result[f"{part}_cpu_usec"]
-    result["delayq_over_sdk_usec"] = result["delayq_span_usec"] - result["sdk_span_usec"]
+    result["sampled_to_floor"] = result["floor_cpu_usec"] / result["sampled_cpu_usec"]
+    result["sdk_span_usec"] = statistics.median(result.pop("sdk_span_list"))
+    result["delayq_span_usec"] = statistics.median(result.pop("delayq_span_list"))
+    result["delayq_over_sdk_usec"] = statistics.median(over)
     return result
 
 
-async def alone(n: int) -> dict[str, Any]:
+async def alone(n: int, passes: int = PASSES) -> dict[str, Any]:
     server = PrivateRedis().start()
     try:
-        return await measure(server.url, n)
+        return await measure(server.url, n, passes)
     finally:
         server.close()
 
@@ -226,11 +299,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.observe")
     parser.add_argument("--redis-url", help="a server to use (default: start one)")
     parser.add_argument("--n", type=int, default=20_000, help="tasks per drain")
+    parser.add_argument("--passes", type=int, default=PASSES, help="passes of every drain")
     args = parser.parse_args()
     if args.redis_url:
-        emit(asyncio.run(measure(args.redis_url, args.n)))
+        emit(asyncio.run(measure(args.redis_url, args.n, args.passes)))
     else:
-        emit(asyncio.run(alone(args.n)), pretty=True)
+        emit(asyncio.run(alone(args.n, args.passes)), pretty=True)
 
 
 if __name__ == "__main__":

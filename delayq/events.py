@@ -56,6 +56,9 @@ class TaskEvent:
             uses), not a worker: ``delivered`` is the lease (its ``lateness`` runs from the
             due time to the lease; no handler runs in this process) and an outcome is the
             consumer's ack or nack (no ``duration``).
+        latenesses: a batch ``delivered`` (only to a listener registered with
+            ``batches=True``): the ``lateness`` of each of its ``count`` handler starts.
+        durations: a batch ``acked`` (likewise): each handler's run time.
     """
 
     kind: EventKind
@@ -69,6 +72,8 @@ class TaskEvent:
     headers: Mapping[str, str] | None = None
     due_ms: int | None = None
     consumer: bool = False
+    latenesses: Sequence[float] | None = None
+    durations: Sequence[float] | None = None
 
 
 @dataclass(slots=True)
@@ -96,6 +101,12 @@ class Hooks:
         self.send_hooks: list[Callable[[Sending, Callable[[], Awaitable[None]]], Awaitable[None]]]
         self.send_hooks = []
         self.listeners: list[Callable[[TaskEvent], None]] = []
+        """Every registered listener, in registration order."""
+        self.each: list[Callable[[TaskEvent], None]] = []
+        """The listeners told about each of a worker's tasks (registered without
+        ``batches``)."""
+        self.batch: list[Callable[[TaskEvent], None]] = []
+        """The listeners told about a worker's tasks in batches (``batches=True``)."""
 
     def on_send(
         self, hook: Callable[[Sending, Callable[[], Awaitable[None]]], Awaitable[None]]
@@ -106,21 +117,46 @@ class Hooks:
         self.send_hooks.append(hook)
         return hook
 
-    def add_listener(self, listener: Callable[[TaskEvent], None]) -> Callable[[TaskEvent], None]:
+    def add_listener(
+        self, listener: Callable[[TaskEvent], None], *, batches: bool = False
+    ) -> Callable[[TaskEvent], None]:
         """Register ``listener(event)``, called synchronously for each :class:`TaskEvent` in
         the process where it happens (also a decorator).  Keep it quick: the worker calls it
-        on its hot path.  An exception it raises is logged and ignored."""
+        on its hot path.  An exception it raises is logged and ignored.
+
+        With ``batches=True`` (for counters, such as the metrics), a worker's ``delivered``
+        and ``acked`` events come as one event per batch instead of one per task:
+        ``count`` tasks, with their ``latenesses`` or ``durations`` (``task_id`` is the
+        first one's; ``attempt`` is 0).  The handler starts of one turn of the event loop
+        are told together at its end, and each ack call's acks when it returns, so a batch
+        listener learns of a start a moment after the handler began (always before its
+        outcome).  A worker builds no per-task event when every listener takes batches.
+        Every other event comes as it does to any listener."""
         self.listeners.append(listener)
+        (self.batch if batches else self.each).append(listener)
         return listener
 
     def remove_listener(self, listener: Callable[[TaskEvent], None]) -> None:
         """Unregister a listener (no error if it was not registered)."""
-        if listener in self.listeners:
-            self.listeners.remove(listener)
+        for listeners in (self.listeners, self.each, self.batch):
+            if listener in listeners:
+                listeners.remove(listener)
 
     def emit(self, event: TaskEvent) -> None:
         """Tell every listener about ``event``."""
-        for listener in self.listeners:
+        self._tell(self.listeners, event)
+
+    def emit_each(self, event: TaskEvent) -> None:
+        """Tell the per-task listeners about ``event`` (of one task of a worker's)."""
+        self._tell(self.each, event)
+
+    def emit_batch(self, event: TaskEvent) -> None:
+        """Tell the batch listeners about ``event`` (a batch of a worker's tasks)."""
+        self._tell(self.batch, event)
+
+    @staticmethod
+    def _tell(listeners: list[Callable[[TaskEvent], None]], event: TaskEvent) -> None:
+        for listener in listeners:
             try:
                 listener(event)
             except Exception:

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import threading
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, start_http_server
@@ -33,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from delayq.errors import DelayqError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
@@ -80,6 +80,22 @@ class Tally:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.total += value
 
+    def observe_many(self, values: Sequence[float], floor: float | None = None) -> None:
+        """Observe each of ``values`` (raised to ``floor`` if given), as :meth:`observe`
+        would one by one: sorted once, then one bisection per bound, in C rather than
+        a Python step per value."""
+        ordered = sorted(values)
+        if floor is not None and ordered and ordered[0] < floor:
+            low = bisect_left(ordered, floor)
+            ordered[:low] = [floor] * low
+        counts, below = self.counts, 0
+        for i, bound in enumerate(self.bounds):
+            upto = bisect_right(ordered, bound, below)
+            counts[i] += upto - below
+            below = upto
+        counts[-1] += len(ordered) - below
+        self.total += sum(ordered)
+
     def buckets(self) -> list[tuple[str, float]]:
         """Cumulative ``(le, count)`` pairs, ``+Inf`` last, for a HistogramMetricFamily."""
         counts = self.counts.copy()
@@ -115,7 +131,7 @@ class DelayqMetrics:
         self.gauges = TopicGauges(queue, cache_seconds) if gauges else None
         if self.gauges is not None:
             registry.register(self.gauges)
-        queue.hooks.add_listener(self.on_event)
+        queue.hooks.add_listener(self.on_event, batches=True)
 
     def close(self) -> None:
         """Stop listening to the queue (the metrics stay registered)."""
@@ -136,19 +152,26 @@ class EventTallies:
         self.duration: dict[tuple[str, str], Tally] = {}
 
     def add(self, event: TaskEvent) -> None:
-        """Count ``event`` (the worker's hot path: a dict update or two)."""
+        """Count ``event``, of one task or a worker's batch (the worker's hot path: a dict
+        update or two, and a histogram's observations)."""
         key = (event.kind, event.topic)
         self.counts[key] = self.counts.get(key, 0) + event.count
-        if event.lateness is not None:
+        if event.lateness is not None or event.latenesses:
             tally = self.lateness.get(event.topic)
             if tally is None:
                 tally = self.lateness[event.topic] = Tally(LATENESS_BUCKETS)
-            tally.observe(max(event.lateness, 0.0))
-        if event.duration is not None:
+            if event.latenesses:
+                tally.observe_many(event.latenesses, floor=0.0)
+            if event.lateness is not None:
+                tally.observe(max(event.lateness, 0.0))
+        if event.duration is not None or event.durations:
             tally = self.duration.get(key)
             if tally is None:
                 tally = self.duration[key] = Tally(DURATION_BUCKETS)
-            tally.observe(event.duration)
+            if event.durations:
+                tally.observe_many(event.durations)
+            if event.duration is not None:
+                tally.observe(event.duration)
 
     def describe(self) -> list[Metric]:
         return [*self._counter_families().values(), *self._histogram_families()]

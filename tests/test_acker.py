@@ -37,7 +37,9 @@ async def test_outcomes_are_reported_once_per_ack_and_the_bound_makes_callers_wa
 ) -> None:
     outcomes: list[tuple[str, bool]] = []
     acker = Acker(
-        queue.scripts, lambda d, ok: outcomes.append((d.task_id, ok)), limit=2,
+        queue.scripts,
+        lambda ds, refused: outcomes.extend((d.task_id, id(d) not in refused) for d in ds),
+        limit=2,
         outage=Outage(logging.getLogger("delayq.worker")),
     )  # fmt: skip
     deliveries = await leased_deliveries(queue, 4)

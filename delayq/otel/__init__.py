@@ -69,9 +69,10 @@ class Instrumentation:
         self._attached: dict[asyncio.Task[Any], object] = {}
         # Per topic: the consumer span's name and fixed attributes, built once.
         self._fixed: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
-        # The last sender's context read from a task's headers, and those headers.
+        # The last sender's context read from a task's headers, and those headers; with
+        # the link to the sender (the tasks of one send_many share all three).
         self._last_seen: tuple[str | None, ...] = (None, None, None)
-        self._last_parent: tuple[context.Context | None, trace.SpanContext | None] = (None, None)
+        self._last_parent: tuple[context.Context | None, tuple[Link, ...] | None] = (None, None)
         queue.hooks.on_send(self.around_send)
         queue.hooks.add_listener(self.on_event)
         queue.middleware(self.around_handler)
@@ -129,22 +130,23 @@ class Instrumentation:
                 span.end()
 
     def _start(self, event: TaskEvent) -> None:
-        parent = sender = None
+        parent = links = None
         headers = event.headers
         if headers:
             # The tasks of one send_many share their sender's context: read it once.
             value = headers.get("traceparent")
             seen = (value, headers.get("tracestate"), headers.get("baggage"))
             if value is not None and seen == self._last_seen:
-                parent, sender = self._last_parent
+                parent, links = self._last_parent
             else:
-                parent, sender = self._last_parent = remote_parent(headers)
-                self._last_seen = seen
+                parent, sender = remote_parent(headers)
+                links = (Link(sender),) if sender is not None else None
+                self._last_parent, self._last_seen = (parent, links), seen
         topic = event.topic
         name, attributes, _ = self._fixed.get(topic) or self._fixed_for(topic)
         span = self.tracer.start_span(
             name, context=parent, kind=SpanKind.CONSUMER,
-            links=(Link(sender),) if sender is not None else None,
+            links=links,
             attributes={
                 **attributes, "messaging.message.id": event.task_id,
                 "delayq.task.attempt": event.attempt,
@@ -155,7 +157,9 @@ class Instrumentation:
         previous = self._spans.pop(key, None)
         if previous is not None:
             previous.end()  # an attempt whose outcome never came (its ack failed for good)
-        self._spans[key] = span
+        if span.is_recording():
+            # Kept for its outcome; a span not sampled records nothing, ends as a no-op.
+            self._spans[key] = span
         if event.consumer:
             return  # a lease of queue.consumer: the handler (if any) runs elsewhere
         task = asyncio.current_task()

@@ -4,7 +4,8 @@ A handler that succeeded queues its ack and frees its slot at once: the worker's
 reserve then goes out together with the flush of the acks, instead of one round trip after
 it.  One ack.lua call per topic carries every ack that arrived while the previous call was
 in flight, so under load N acks take a handful of calls, and when idle an ack goes out at
-once.  The worker learns each outcome through a callback.
+once.  The worker learns the outcomes through a callback, once per call: what it tells its
+batch listeners is then one event per call rather than one per task.
 
 Queued acks are bounded: once more than ``limit`` are waiting for Redis (it is slow or
 refusing them), :meth:`Acker.room` makes finished handlers wait, so that a worker whose
@@ -31,27 +32,29 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("delayq.worker")
 
-Outcome = Callable[["Delivery", bool], None]
-"""Called once per queued ack: True when applied; False when the lease was lost (another
-worker may hold the task) or the ack could not reach Redis before the worker stopped."""
+Outcomes = Callable[[list["Delivery"], set[int]], None]
+"""Called once per ack call (of one topic's keys) with its deliveries and the ``id()`` of
+those whose ack was refused: the lease was lost (another worker may hold the task) or the
+ack could not reach Redis before the worker stopped.  Each queued ack is reported once."""
 
 
 class Acker:
-    """Collects acks and flushes them in batches, reporting each outcome to ``on_outcome``.
+    """Collects acks and flushes them in batches, reporting their outcomes to ``on_outcomes``.
 
     Args:
         scripts: runs ack.lua.
-        on_outcome: called with each delivery and whether its ack was applied.
+        on_outcomes: called with each call's deliveries and those refused (see
+            :data:`Outcomes`).
         limit: most acks queued or in flight before :meth:`room` makes callers wait.
         outage: the worker's, told whether each flush reached Redis.
     """
 
     def __init__(
-        self, scripts: Scripts, on_outcome: Outcome, *, limit: int, outage: Outage
+        self, scripts: Scripts, on_outcomes: Outcomes, *, limit: int, outage: Outage
     ) -> None:
         self._scripts = scripts
         self._outage = outage
-        self._on_outcome = on_outcome
+        self._on_outcomes = on_outcomes
         self._limit = limit
         self._batch: defaultdict[TopicKeys, list[Delivery]] = defaultdict(list)
         self._pending = 0  # queued or in flight
@@ -118,8 +121,7 @@ class Acker:
 
     def _report(self, batch: dict[TopicKeys, list[Delivery]], refused: set[int]) -> None:
         for deliveries in batch.values():
-            for delivery in deliveries:
-                self._on_outcome(delivery, id(delivery) not in refused)
+            self._on_outcomes(deliveries, refused)
         self._pending -= _size(batch)
         if self._pending <= self._limit:
             self._has_room.set()

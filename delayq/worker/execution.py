@@ -138,7 +138,7 @@ class Executor:
         )  # fmt: skip
         d.started = self.now()
         if self._reporter.listening:
-            self._reporter.tell("delivered", d)
+            self._reporter.started(d)
         try:
             value = await self._run(d, body, task, me)
         except Retry as retry:
@@ -211,14 +211,17 @@ class Executor:
         if d is not None:
             d.result = encode_result(task.topic, task.id, value, self._max_body_bytes)
 
-    def _acked(self, d: Delivery, acked: bool) -> None:
-        self._held.pop((d.topic.name, d.task_id), None)
-        if not acked and d.aborted:
-            log.info("ack of %s/%s refused: the task was aborted", d.topic.name, d.task_id)
-        elif not acked:
-            log.warning("ack of %s/%s refused: its lease was lost", d.topic.name, d.task_id)
+    def _acked(self, deliveries: list[Delivery], refused: set[int]) -> None:
+        held = self._held
+        for d in deliveries:
+            held.pop((d.topic.name, d.task_id), None)
+            if refused and id(d) in refused:
+                if d.aborted:
+                    log.info("ack of %s/%s refused: the task was aborted", d.topic.name, d.task_id)
+                else:
+                    log.warning("ack of %s/%s refused: its lease was lost", d.topic.name, d.task_id)
         if self._reporter.listening:
-            self._reporter.tell("acked" if acked else "lease_lost", d)
+            self._reporter.acked(deliveries, refused)
 
     def _abandon(self, d: Delivery) -> None:
         """End an aborted delivery: cancel.lua already ended its lease and recorded it, so

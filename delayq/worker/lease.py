@@ -67,7 +67,8 @@ class Delivery:
         if not self.started:
             return ","
         started = self.leased_ms + (self.started - self.leased_at) * 1000
-        return f"{started:.0f},{started + (self.ran or 0.0) * 1000:.0f}"
+        # round() and integers: a float's "{:.0f}" costs twice as much (a task's ack).
+        return f"{round(started)},{round(started + (self.ran or 0.0) * 1000)}"
 
 
 class Deadlines:

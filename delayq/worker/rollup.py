@@ -60,7 +60,7 @@ async def prepare(queue: TaskSource, topics: Sequence[Topic[Any]]) -> Rollup | N
     if not kept:
         return None
     rollup = Rollup(queue.scripts, kept)
-    queue.hooks.add_listener(rollup)
+    queue.hooks.add_listener(rollup, batches=True)
     return rollup
 
 
@@ -103,13 +103,23 @@ class Rollup:
             counts = self._counts[event.topic] = dict.fromkeys(FIELDS, 0)
         kind = event.kind
         if kind == "delivered":
-            if event.lateness is not None:
+            if event.latenesses:  # a worker's batch
+                late = sorted(s * 1000 if s > 0 else 0.0 for s in event.latenesses)
+                below = 0
+                for field, bound in zip(BUCKETS, LATENESS_BOUNDS_MS, strict=False):
+                    upto = bisect.bisect_right(late, bound, below)
+                    counts[field] += upto - below
+                    below = upto
+                counts[BUCKETS[-1]] += len(late) - below
+                counts["late_n"] += len(late)
+                counts["late_ms"] += sum(map(round, late))
+            elif event.lateness is not None:
                 late_ms = event.lateness * 1000 if event.lateness > 0 else 0.0
                 counts[BUCKETS[bisect.bisect_left(LATENESS_BOUNDS_MS, late_ms)]] += 1
                 counts["late_n"] += 1
                 counts["late_ms"] += round(late_ms)
         elif kind in COUNTED:
-            counts[kind] += 1
+            counts[kind] += event.count
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Flush every :data:`FLUSH_EVERY` seconds until ``stopping`` is set, then once more."""
