@@ -113,6 +113,12 @@ async def reserve_usec(url: str, variant: str) -> tuple[float, int]:
     return usec, inner
 
 
+def paired(these: list[float], those: list[float]) -> float:
+    """The median of the rounds' ratios (a round's figures are seconds apart, the rounds
+    minutes: the host's speed drifts less within a round)."""
+    return round(statistics.median(a / b for a, b in zip(these, those, strict=True)), 3)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -159,7 +165,6 @@ async def main(n: int, rounds: int) -> dict[str, Any]:
             for variant, measured in rates.items():
                 measured.append(await drain(server.url, n, variant))
         drain_rates = {k: round(statistics.median(v)) for k, v in rates.items()}
-        base = drain_rates["ungrouped"]
         usec: dict[str, list[float]] = {"none": [], "same_size": [], "blocked": []}
         commands: dict[str, int] = {}
         for _ in range(rounds):
@@ -170,13 +175,11 @@ async def main(n: int, rounds: int) -> dict[str, Any]:
         return {
             "n": n, "rounds": rounds, "groups": GROUPS,
             "drain_tasks_per_s": drain_rates,
-            "drain_ratio_grouped": round(drain_rates["grouped"] / base, 3),
-            "drain_ratio_cap1": round(drain_rates["cap1"] / base, 3),
+            "drain_ratio_grouped": paired(rates["grouped"], rates["ungrouped"]),
+            "drain_ratio_cap1": paired(rates["cap1"], rates["ungrouped"]),
             "reserve_usec_per_call": usec_median,
-            "reserve_ratio_blocked": round(usec_median["blocked"] / usec_median["none"], 3),
-            "reserve_ratio_blocked_same_size": round(
-                usec_median["blocked"] / usec_median["same_size"], 3
-            ),
+            "reserve_ratio_blocked": paired(usec["blocked"], usec["none"]),
+            "reserve_ratio_blocked_same_size": paired(usec["blocked"], usec["same_size"]),
             "reserve_commands_inside_redis": commands,
             "fairness": await fairness(server.url),
         }  # fmt: skip
