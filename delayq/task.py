@@ -53,6 +53,10 @@ def from_millis(millis: int) -> datetime:
     return datetime.fromtimestamp(millis / 1000, tz=UTC)
 
 
+_TAGGED = frozenset((b"p", b"g"))
+"""The first byte of an envelope's body part when the header has a suffix (``p``, ``g``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """One task as the scripts hand it over: ``attempts,token,max_attempts,ttr_ms,enqueued_ms,due_ms,body``.
@@ -88,14 +92,14 @@ class Envelope:
         if len(parts) != 7:
             raise ValueError("stored task is not a delayq envelope")
         attempts, token, max_attempts, ttr, enqueued, due, body = parts
-        priority = 0
-        if body.startswith(b"p"):
-            tag, _, body = body.partition(b",")
-            priority = int(tag[1:])
-        group = None
-        if body.startswith(b"g"):
-            tag, _, body = body.partition(b",")
-            group = tag[1:].decode()
+        priority, group = 0, None
+        if body[:1] in _TAGGED:  # a priority, a group: one check for a task with neither
+            if body.startswith(b"p"):
+                tag, _, body = body.partition(b",")
+                priority = int(tag[1:])
+            if body.startswith(b"g"):
+                tag, _, body = body.partition(b",")
+                group = tag[1:].decode()
         headers = NO_HEADERS
         if body[:1] == b"\x01":
             headers, body = split_headers(body)

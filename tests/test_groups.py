@@ -329,3 +329,23 @@ async def test_upcoming_timeline_dead_bulk_and_forget(
     await ack(queue, "t", leased)
     assert await queue.admin.forget("t")
     assert await queue_keys(redis_client, queue.name) == []
+
+
+async def test_a_released_lease_frees_its_place_and_waits_again(
+    queue: Queue, redis_client: redis.asyncio.Redis
+) -> None:
+    """A graceful stop releases its leases (nack 'release'): the place frees and the task
+    is due again in its group, its attempt not counted."""
+    grouped(queue, group_by="g", max_running_per_group=1)
+    await declare(queue)
+    await queue.send_many("t", [{"g": "a"}] * 2, task_ids=["first", "second"])
+    [(task_id, token, _)] = (await reserve(queue, "t"))[2]
+    assert task_id == "first"
+    keys = queue.keys("t")
+    status, _ = await queue.scripts.nack(keys, task_id, token, mode="release", max_attempts=5)
+    assert status == 1
+    assert await redis_client.hget(keys.prefix + "grp:run", "a") is None
+    info = await stored(queue, "t", "first")
+    assert (info.state, info.attempts, info.group) == ("ready", 0, "a")
+    [(again, _, _)] = (await reserve(queue, "t"))[2]
+    assert again in ("first", "second")

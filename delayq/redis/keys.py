@@ -21,6 +21,11 @@ Redis Cluster slot and every script can touch them atomically::
     delayq:{shop:order.close}:prio       ZSET  id -> due ms: waiting tasks with a priority != 0
     delayq:{shop:order.close}:prio:ready ZSET  -priority -> due ms (13 digits) + id: lease order
     delayq:{shop:order.close}:prio:mark  STRING ms up to which prio's entries are in prio:ready
+    delayq:{shop:order.close}:grp:q:<g>  ZSET  member -> due ms: a group's waiting tasks; with
+                                               grp:all, grp:ring, grp:wait, grp:full, grp:run,
+                                               grp:turn and grp:starts:<g>: a grouped topic's
+                                               state, named by _groups.lua from the prefix
+                                               (docs/keys.md)
     delayq:{shop:order.close}:meta       HASH  scheduled -> count of delayed + ready tasks;
                                                history -> records kept, history_seq;
                                                ttr_ms, max_attempts -> its workers' defaults

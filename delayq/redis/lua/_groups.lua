@@ -162,7 +162,11 @@ local function grp()
       redis.call('HDEL', gk.run, unpack(emptied))
     end
     -- A group that waited at its cap goes straight back to the ring, with the next turns
-    -- (reserve.lua checks its head, cap and rate when its turn comes).
+    -- (reserve.lua checks its head, cap and rate when its turn comes).  Without a cap, no
+    -- group ever waits there.
+    if redis.call('EXISTS', gk.full) == 0 then
+      return false
+    end
     local names = {}
     for k, score in ipairs(redis.call('ZMSCORE', gk.full, unpack(groups))) do
       if score then
@@ -247,9 +251,10 @@ local function grp()
         end
       end
       local again, waits, fulls = {}, {}, {}
+      local qbase = gk.base .. 'q:'
       for i = 1, #popped, 2 do
         local g = popped[i]
-        local q = M.queue(gk, g)
+        local q = qbase .. g
         local rate = s.rate and rates[g]
         if s.rate and not rate then
           rate = { rate = s.rate, window = s.window }
@@ -271,7 +276,8 @@ local function grp()
               waits[#waits + 1] = due
               waits[#waits + 1] = g
             else
-              picks[#picks + 1] = M.id_of(head[1])
+              local member, class = head[1], string.byte(head[1], 1)
+              picks[#picks + 1] = (class == 0 or class == 255) and string.sub(member, 9) or member
               picks[#picks + 1] = g
               taken = taken + 1
               if s.cap then
