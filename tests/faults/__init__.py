@@ -1,1 +1,1 @@
-"""Fault-injection suite: real processes, real redis-servers, faults on demand (issue 4)."""
+"""Fault-injection suite: real processes, real redis-servers, faults on demand."""
