@@ -241,7 +241,10 @@ async def _serve_shards(
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A channel's name or a message's data as text; bytes that are not UTF-8 (published by
+    something other than delayq) are replaced, so they match nothing instead of killing
+    the listener."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 async def _close_quietly(pubsub: object) -> None:
