@@ -48,10 +48,11 @@ for i = 4, #ARGV, step do
   end
 end
 -- A grouped task (",g" is in no other header: a plain ack pays one find a task) frees its
--- group's place: its keys are checked before the first lease is removed.
+-- group's place: its keys are checked before the first lease is removed.  grouped[n]: where
+-- the ",g" of a grouped header starts (its group follows), else false.
 local grouped, checked = {}, false
 for n = 1, #ids do
-  grouped[n] = headers[n] and string.find(headers[n], ',g', 1, true) ~= nil
+  grouped[n] = headers[n] and string.find(headers[n], ',g', 1, true) or false
   if grouped[n] and not checked then
     checked = true
     bad = check_types(grp().kinds(grp().keys(prefix), {}))
@@ -94,7 +95,7 @@ if #done > 0 then
   local ended = nil
   for n in ipairs(ids) do
     if out[n] == 1 and grouped[n] then
-      local g = header_group(headers[n])
+      local g = string.sub(headers[n], grouped[n] + 2)
       ended = ended or {}
       ended[g] = (ended[g] or 0) + 1
     end

@@ -269,8 +269,10 @@ if gk then
   end
 end
 local pick_group = {}  -- index in picks -> group, for grouped picks
+local held_before = {}  -- group -> leases it held, where take() read it
 if gk and group_quota > 0 then
-  local taken = grp().take(gk, gs, now, group_quota)
+  local taken
+  taken, held_before = grp().take(gk, gs, now, group_quota)
   if picks == due then
     picks = {}
     for _, id in ipairs(due) do
@@ -330,7 +332,7 @@ if #picks > 0 then
     add_leases(reserved, leases)
   end
   if started then
-    grp().started(gk, started)
+    grp().started(gk, started, held_before)
   end
 end
 
