@@ -30,7 +30,7 @@ from delayq.errors import InvalidDurationError, InvalidInputError, LeaseLostErro
 from delayq.events import Hooks, TaskEvent
 from delayq.lease_token import LeaseHandle
 from delayq.redis.keys import shard_wake_pattern, wake_pattern
-from delayq.redis.wakeup import Signal, WakeupHub
+from delayq.redis.wakeup import LazyHub, Signal, WakeupHub
 from delayq.results import encode_result
 from delayq.task import Envelope, from_millis
 from delayq.worker.execution import MAX_ERROR_CHARS
@@ -121,13 +121,11 @@ class Consumer:
         self._hooks = hooks if hooks is not None else Hooks()
         self._shards = shards
         self._turn: dict[str, int] = {}  # the shard a sharded topic's next lease starts at
-        self._redis = redis
         self._scripts = scripts
-        self._queue = queue
         self._keys = keys
         self._options = options
-        self._hub: WakeupHub | None = None
-        self._hub_task: asyncio.Task[None] | None = None
+        patterns = (wake_pattern(queue), shard_wake_pattern(queue))
+        self._hub = LazyHub(lambda: WakeupHub(redis, *patterns), "delayq-wakeup-hub")
 
     async def lease(
         self, topic: str, *, limit: int = 1, wait: Duration = 0.0, ttr: Duration | None = None
@@ -345,22 +343,13 @@ class Consumer:
 
     async def aclose(self) -> None:
         """Stop the wake-up subscription, if a waiting lease opened one."""
-        task, self._hub_task, self._hub = self._hub_task, None, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._hub.aclose()
 
     async def _signal(self, channels: list[str], within: float) -> Signal:
         """The wake-up signal of ``channels`` (a topic's shards share one), once the
         queue's subscription is confirmed (waiting at most ``within`` s; after that the
         lease sleeps by the schedule alone)."""
-        hub, task = self._hub, self._hub_task
-        loop = asyncio.get_running_loop()
-        if hub is None or task is None or task.done() or task.get_loop() is not loop:
-            patterns = (wake_pattern(self._queue), shard_wake_pattern(self._queue))
-            hub = self._hub = WakeupHub(self._redis, *patterns)
-            task = self._hub_task = loop.create_task(hub.run(), name="delayq-wakeup-hub")
+        hub = self._hub.on(asyncio.get_running_loop())
         signal = hub.signal(*channels)  # first: on a cluster it subscribes to the channels
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(within):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from delayq.duration import Duration, to_seconds
 from delayq.errors import ResultNotReadyError
 from delayq.redis.keys import check_task_id, shard_wake_pattern, wake_pattern
-from delayq.redis.wakeup import ResultHub
+from delayq.redis.wakeup import LazyHub, ResultHub
 from delayq.results import TaskResult, parse_result
 
 if TYPE_CHECKING:
@@ -43,13 +43,11 @@ class Results:
         self, redis: Redis, queue: str, scripts: Callable[[], Scripts],
         route: Callable[[str, str], Awaitable[TopicKeys]], kept: Callable[[str], int],
     ) -> None:  # fmt: skip
-        self._redis = redis
-        self._queue = queue
         self._scripts = scripts
         self._route = route
         self._kept = kept
-        self._hub: ResultHub | None = None
-        self._hub_task: asyncio.Task[None] | None = None
+        patterns = (wake_pattern(queue, "results"), shard_wake_pattern(queue, "results"))
+        self._hub = LazyHub(lambda: ResultHub(redis, *patterns), "delayq-result-hub")
 
     async def get(self, topic: str, task_id: str, wait: Duration = 0) -> TaskResult[Any] | None:
         """See :meth:`delayq.Queue.result`."""
@@ -66,7 +64,7 @@ class Results:
             return found
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
-        hub = self._hub_on(loop)
+        hub = self._hub.on(loop)
         # Subscribe, then read, then wait: a result stored after the read is announced to
         # a subscription already confirmed, so it wakes us.
         signal = hub.watch(keys.results, task_id)
@@ -96,22 +94,9 @@ class Results:
         state, raw = await self._scripts().result(keys, task_id, kept)
         return state, parse_result(topic, task_id, raw) if state == 2 and raw else None
 
-    def _hub_on(self, loop: asyncio.AbstractEventLoop) -> ResultHub:
-        hub, task = self._hub, self._hub_task
-        if hub is None or task is None or task.done() or task.get_loop() is not loop:
-            patterns = (wake_pattern(self._queue, "results"),
-                        shard_wake_pattern(self._queue, "results"))  # fmt: skip
-            hub = self._hub = ResultHub(self._redis, *patterns)
-            self._hub_task = loop.create_task(hub.run(), name="delayq-result-hub")
-        return hub
-
     async def aclose(self) -> None:
         """Stop the results subscription, if a wait opened one."""
-        task, self._hub_task, self._hub = self._hub_task, None, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._hub.aclose()
 
 
 def _not_ready(topic: str, task_id: str, seconds: float) -> ResultNotReadyError:

@@ -199,7 +199,7 @@ async def test_a_wait_is_woken_by_the_ack(queue: Queue, start_worker: StartWorke
 
 
 def _subscribed(queue: Queue) -> bool:
-    hub = queue._parts.results._hub  # the test peeks at delayq's own wait hub
+    hub = queue._parts.results._hub.current  # the test peeks at delayq's own wait hub
     return hub is not None and hub.subscribed.is_set()
 
 

@@ -32,8 +32,9 @@ A subscription sends heartbeats and reopens itself (:mod:`delayq.redis.subscript
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from delayq.pacing import Outage
 from delayq.redis.cluster import is_cluster
@@ -263,3 +264,38 @@ class ResultHub(WakeupHub):
     def _fire_all(self) -> None:
         for found, _ in self._waiting.values():
             found.fire()
+
+
+HubT = TypeVar("HubT", bound=WakeupHub)
+
+
+class LazyHub(Generic[HubT]):
+    """One hub's subscription for a queue, started on first use on the running loop and
+    started again when it ended or the loop is another one (a queue used from a second
+    event loop), so that a process that never waits never subscribes."""
+
+    def __init__(self, make: Callable[[], HubT], name: str) -> None:
+        self._make, self._name = make, name
+        self._hub: HubT | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def current(self) -> HubT | None:
+        """The hub last started, if any (it may have ended since)."""
+        return self._hub
+
+    def on(self, loop: asyncio.AbstractEventLoop) -> HubT:
+        """The hub, listening on ``loop``."""
+        hub, task = self._hub, self._task
+        if hub is None or task is None or task.done() or task.get_loop() is not loop:
+            hub = self._hub = self._make()
+            self._task = loop.create_task(hub.run(), name=self._name)
+        return hub
+
+    async def aclose(self) -> None:
+        """Stop the subscription, if one was opened."""
+        task, self._task, self._hub = self._task, None, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
